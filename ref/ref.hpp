@@ -1,0 +1,152 @@
+// CPU reference of every stage of the MoE layer: the oracle the GPU kernels are tested against.
+//
+// Plain C++, double accumulation, fed the same quantized values the kernels see (codes and
+// scales, never the pre-quantization floats), so a test tolerance only has to cover output
+// rounding and accumulation order. The quantizers themselves are the library's host codecs
+// (include/fusedmoe/formats.hpp), which are bit-exact with the device quantizers.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "fusedmoe/config.hpp"
+
+namespace fusedmoe::ref {
+
+// ================================================================================================
+// Routing: logits [T, E] fp32 -> per token k (expert id, weight) pairs.
+// ================================================================================================
+struct Routing {
+  int num_tokens = 0, top_k = 0;
+  std::vector<int32_t> ids;    ///< [T, k], best first; ties go to the lower expert id
+  std::vector<float> weights;  ///< [T, k], routed_scaling_factor applied
+};
+
+/// `bias` is the e_score_correction_bias (sigmoid_grouped_topk) or the router bias
+/// (topk_softmax), [E]; nullptr when the config has none.
+Routing route(const RoutingConfig& cfg, const float* logits, int T, int E, int k,
+              const float* bias);
+
+// ================================================================================================
+// Permutation: group the T*k routes by expert.
+// A route id is t*k + j (token t's j-th choice).
+// ================================================================================================
+struct Permutation {
+  std::vector<int32_t> counts;            ///< [E] routes per expert
+  std::vector<int32_t> offsets;           ///< [E+1] exclusive prefix sum of counts
+  std::vector<int32_t> sorted_route_ids;  ///< [T*k] expert-major; ascending within an expert
+  std::vector<int32_t> route_slot;        ///< [T*k] position of each route in sorted order
+};
+Permutation permute(const int32_t* ids, int T, int k, int E);
+
+// ================================================================================================
+// Quantized operands. decode_row returns the exact real values the kernel multiplies, in double.
+// ================================================================================================
+/// E matrices of [N, K] (expert weights), K the reduction dimension.
+struct WeightSet {
+  Precision precision = Precision::bf16;
+  int E = 0, N = 0, K = 0;
+  std::vector<uint16_t> bf16;         ///< bf16: [E, N, K]
+  std::vector<uint8_t> q;             ///< fp8: [E, N, K] e4m3; nvfp4: [E, N, K/2] packed e2m1
+  std::vector<float> scale;           ///< fp8: [E, ceil(N/128), ceil(K/128)] (w ~= q * scale)
+  std::vector<uint8_t> block_scale;   ///< nvfp4: [E, N, K/16] e4m3
+  std::vector<float> global_scale;    ///< nvfp4: [E]
+
+  void decode_row(int e, int n, double* out) const;  ///< out[K]
+  size_t bytes_per_expert() const;                    ///< values + scales
+};
+/// Quantizes float weights w [E, N, K] (nvfp4: one global scale per expert from its amax).
+WeightSet make_weights(Precision p, const float* w, int E, int N, int K);
+/// Same, with expert e's float values [N, K] written by expert_values(e, buffer) one expert at a
+/// time (random weights for a whole model never exist as floats all at once).
+WeightSet make_weights(Precision p, int E, int N, int K,
+                       const std::function<void(int, float*)>& expert_values);
+
+/// M activation rows of K values.
+struct ActRows {
+  Precision precision = Precision::bf16;
+  int M = 0, K = 0;
+  std::vector<uint16_t> bf16;        ///< bf16: [M, K]
+  std::vector<uint8_t> q;            ///< fp8: [M, K]; nvfp4: [M, K/2]
+  std::vector<float> scale;          ///< fp8: [M, ceil(K/128)]
+  std::vector<uint8_t> block_scale;  ///< nvfp4: [M, K/16]
+  float global_scale = 1.0f;         ///< nvfp4: one for all rows
+
+  void decode_row(int m, double* out) const;  ///< out[K]
+};
+/// Quantizes x [M, K] (already bf16-valued floats) the way the kernels quantize activations:
+/// bf16 as is, fp8 per token per 128, nvfp4 with `nvfp4_global` (<= 0: from the amax of x).
+ActRows make_acts(Precision p, const float* x, int M, int K, float nvfp4_global = 0.0f);
+
+// ================================================================================================
+// Grouped GEMM: D[r, n] = sum_k A[r, k] * W[e(r), n, k] for rows sorted by expert.
+// ================================================================================================
+struct GemmResult {
+  int rows = 0, cols = 0;
+  std::vector<double> value;    ///< [rows, cols]
+  std::vector<double> abs_sum;  ///< [rows, cols] sum_k |A*W|: scales the tolerance (if asked)
+};
+/// Row r of A belongs to the expert e with offsets[e] <= r < offsets[e+1] (offsets [E+1]).
+GemmResult grouped_gemm(const ActRows& a, const WeightSet& w, const int32_t* offsets,
+                        bool want_abs_sum);
+
+// ================================================================================================
+// Element-wise stages.
+// ================================================================================================
+/// gate_up [rows, 2I] -> out [rows, I]. swiglu: [gate | up] halves; swiglu_clamped: interleaved
+/// (gate 2i, up 2i+1). fp32 math, as the kernel epilogue does it.
+void activation(const ActivationConfig& cfg, const float* gate_up, int rows, int I, float* out);
+
+/// y[t, :] = sum_j weights[t, j] * expert_out[slot(t*k + j), :], summed in j order, in double.
+/// route_slot maps a route id to its row of expert_out (nullptr: row = route id, route order);
+/// weights nullptr means 1 (weights already applied on the input).
+void combine(const double* expert_out, const int32_t* route_slot, const float* weights, int T,
+             int k, int H, double* y);
+
+/// RMSNorm: y = x / sqrt(mean(x^2) + eps) * w, per row of H, in double.
+void rmsnorm(const float* x, const float* w, int rows, int H, float eps, float* y);
+
+enum class RopeStyle { gptj_interleaved, neox };
+/// Rotates the first rotary_dim of each head in place: x [T, heads, head_dim]; position[T];
+/// angle_i = pos * theta^(-2i/rotary_dim). GPT-J pairs (2i, 2i+1); NeoX pairs (i, i + rd/2).
+/// inverse rotates by -angle (undoes forward).
+void rope(float* x, const int32_t* position, int T, int heads, int head_dim, int rotary_dim,
+          float theta, RopeStyle style, bool inverse);
+
+// ================================================================================================
+// The whole layer.
+// ================================================================================================
+/// All parameters of one MoE layer, already quantized to cfg's weight precision.
+struct LayerWeights {
+  MoeConfig cfg;
+  WeightSet w13;                   ///< [E, 2I, H] gate/up (layout per cfg.activation)
+  WeightSet w2;                    ///< [E, H, I] down
+  std::vector<float> b13, b2;      ///< expert biases [E, 2I], [E, H] (cfg.expert_bias)
+  std::vector<float> route_bias;   ///< [E] correction or router bias (cfg.routing)
+  WeightSet shared_w13;            ///< [1, 2S, H] the shared experts as one MLP
+  WeightSet shared_w2;             ///< [1, H, S]
+  std::vector<float> shared_gate;  ///< [H] bf16 values (cfg.shared_expert_gate)
+};
+
+/// Seeded random weights: each tensor from its own counter-based stream, so the values do not
+/// depend on the thread count. Weights ~ U(-1, 1) * sqrt(3 / K) before quantization.
+LayerWeights make_random_layer(const MoeConfig& cfg, uint64_t seed);
+
+struct LayerResult {
+  Routing routing;
+  std::vector<float> y;  ///< [T, H], bf16-rounded
+};
+
+/// The layer, stage by stage (docs/design.md has the data path):
+///   route -> per route: a = x (or bf16(x*w) for weights on the input), quantized -> GEMM1 ->
+///   + b13 -> activation (fp32) -> bf16 -> quantized -> GEMM2 -> + b2 -> weighted sum over the
+///   k routes + shared MLP (* sigmoid gate) -> bf16.
+/// x: [T, H] bf16-valued floats; logits: [T, E] fp32.
+LayerResult moe_layer(const LayerWeights& lw, const float* x, const float* logits, int T);
+
+/// One dense SwiGLU MLP on rows of x (the shared expert path), fp32 outputs [T, H] (unrounded).
+void mlp(const MoeConfig& cfg, const WeightSet& w13, const WeightSet& w2, const float* b13,
+         const float* b2, const float* x, int T, std::vector<float>& out);
+
+}  // namespace fusedmoe::ref

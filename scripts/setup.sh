@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs what a fresh machine lacks to build fusedmoe (cmake >= 3.24, ninja, a C++20 g++,
+# GoogleTest), then configures and builds into build/. Safe to run again: it installs nothing that
+# is already there and rebuilds incrementally. CUDA (nvcc) is used when present; without it the
+# build is the CPU reference only and says so.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { echo "[setup] $*"; }
+have() { command -v "$1" >/dev/null 2>&1; }
+
+SUDO=""
+if [ "$(id -u)" != 0 ] && have sudo; then SUDO="sudo"; fi
+apt_install() {
+  if have apt-get; then
+    log "apt-get install $*"
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null ||
+      { $SUDO apt-get update -q >/dev/null && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null; }
+  else
+    return 1
+  fi
+}
+
+cmake_ok() {
+  have cmake || return 1
+  local v; v=$(cmake --version | head -1 | awk '{print $3}')
+  [ "$(printf '%s\n3.24\n' "$v" | sort -V | head -1)" = "3.24" ]
+}
+
+if ! have g++; then apt_install g++ || { echo "g++ is missing and apt-get is unavailable" >&2; exit 1; }; fi
+if ! cmake_ok; then
+  apt_install cmake || true
+  if ! cmake_ok; then log "pip install cmake (apt's is older than 3.24)"; python3 -m pip install -q "cmake>=3.24"; hash -r; fi
+fi
+if ! have ninja; then apt_install ninja-build || python3 -m pip install -q ninja; hash -r; fi
+if [ ! -f /usr/include/gtest/gtest.h ] && [ ! -f /usr/local/include/gtest/gtest.h ]; then
+  apt_install libgtest-dev || { echo "GoogleTest is missing and could not be installed" >&2; exit 1; }
+fi
+if ! have nvcc && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
+if have nvcc; then log "nvcc: $(nvcc --version | tail -1)"; else log "nvcc not found: building the CPU reference only"; fi
+
+BUILD_DIR=${FMOE_BUILD_DIR:-build}
+JOBS=${FMOE_JOBS:-$(nproc)}
+if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  cmake -G Ninja -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release ${FMOE_CMAKE_ARGS:-} >/dev/null
+fi
+log "building in $BUILD_DIR with $JOBS jobs"
+cmake --build "$BUILD_DIR" -j "$JOBS"

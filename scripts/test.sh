@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Sets up and builds (scripts/setup.sh), then runs the whole test suite under ctest. Tests
+# labelled gpu report SKIPPED with the reason on machines without an sm_90 GPU.
+# Extra arguments go to ctest (e.g. -L cpu, -R layer).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+cd "${FMOE_BUILD_DIR:-build}"
+exec ctest --output-on-failure "$@"

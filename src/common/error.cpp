@@ -1,0 +1,35 @@
+#include "fusedmoe/error.hpp"
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+namespace fusedmoe {
+
+std::string strf(const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  va_list copy;
+  va_copy(copy, args);
+  const int n = std::vsnprintf(nullptr, 0, fmt, copy);
+  va_end(copy);
+  std::string out;
+  if (n > 0) {
+    std::vector<char> buf(size_t(n) + 1);
+    std::vsnprintf(buf.data(), buf.size(), fmt, args);
+    out.assign(buf.data(), size_t(n));
+  }
+  va_end(args);
+  return out;
+}
+
+void raise(const char* file, int line, const std::string& msg) {
+  // The message is for the user: "fusedmoe: <sentence> [file.cpp:123]". The location comes last
+  // so the CLI's one-line reason reads naturally; it points developers at the check.
+  const char* base = std::strrchr(file, '/');
+  base = base ? base + 1 : file;
+  throw Error(strf("fusedmoe: %s [%s:%d]", msg.c_str(), base, line));
+}
+
+}  // namespace fusedmoe

@@ -1,0 +1,51 @@
+// Shared test helpers: seeds, GPU skip, context strings.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fusedmoe/device.hpp"
+#include "fusedmoe/error.hpp"
+#include "ref/random.hpp"
+
+namespace fusedmoe::test {
+
+/// This run's seed: FMOE_SEED if set, else drawn from the clock. Printed once by test_main.
+uint64_t run_seed();
+
+/// Seeds for one case: two fixed ones (reproducible across runs) and one fresh per run, each
+/// mixed with a hash of the case's parameters so cases do not share streams.
+inline std::vector<uint64_t> seeds_for(uint64_t case_hash) {
+  return {ref::splitmix64(1 ^ case_hash), ref::splitmix64(2 ^ case_hash),
+          ref::splitmix64(run_seed() ^ case_hash)};
+}
+
+inline uint64_t hash_ints(std::initializer_list<long long> v) {
+  uint64_t h = 0x1234567;
+  for (long long x : v) h = ref::splitmix64(h ^ uint64_t(x));
+  return h;
+}
+
+/// Expects `fn` to throw fusedmoe::Error whose message contains `needle`.
+template <class Fn>
+void expect_error(Fn&& fn, const std::string& needle) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected fusedmoe::Error containing \"" << needle << "\", nothing thrown";
+  } catch (const fusedmoe::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
+        << "message: " << e.what() << "\nexpected to contain: " << needle;
+  }
+}
+
+}  // namespace fusedmoe::test
+
+/// GPU tests call this first: SKIPPED with the reason on machines without an sm_90 GPU.
+#define FMOE_SKIP_WITHOUT_GPU()                                                  \
+  do {                                                                           \
+    std::string why_;                                                            \
+    if (!::fusedmoe::gpu_usable(0, &why_)) GTEST_SKIP() << "GPU test skipped: " << why_; \
+  } while (0)
