@@ -37,5 +37,7 @@ long long parse_int(const std::string& option, const std::string& text, long lon
 
 int cmd_run(const std::vector<std::string>& args);
 extern const char* kRunUsage;
+int cmd_bench(const std::vector<std::string>& args);
+std::string bench_usage();
 
 }  // namespace fusedmoe::cli

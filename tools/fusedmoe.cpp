@@ -20,6 +20,7 @@ const char* kMainUsage =
     "  info           the GPUs this machine has (arch, memory, driver), or that it has none\n"
     "  run            one MoE layer forward of a model preset, checked against the CPU reference\n"
     "  list-presets   the model presets and their shapes and routing\n"
+    "  bench          time an op (or 'bench ceilings': this card's copy and GEMM rates)\n"
     "\n"
     "Run 'fusedmoe <command> --help' for a command's options.\n";
 
@@ -74,7 +75,7 @@ int cmd_list_presets(const std::vector<std::string>& argv) {
 struct Command {
   const char* name;
   int (*fn)(const std::vector<std::string>&);
-  const char* usage;
+  std::string usage;
 };
 
 }  // namespace
@@ -86,6 +87,9 @@ int main(int argc, char** argv) {
       {"info", cmd_info, kInfoUsage},
       {"run", cmd_run, kRunUsage},
       {"list-presets", cmd_list_presets, kPresetsUsage},
+#if defined(FMOE_HAS_CUDA)
+      {"bench", cmd_bench, bench_usage()},
+#endif
   };
   if (argc < 2) {
     std::fprintf(stderr, "fusedmoe: missing command\n%s", kMainUsage);
@@ -101,13 +105,13 @@ int main(int argc, char** argv) {
     std::vector<std::string> rest(argv + 2, argv + argc);
     for (const std::string& a : rest)
       if (a == "--help" || a == "-h") {
-        std::printf("%s", c.usage);
+        std::printf("%s", c.usage.c_str());
         return 0;
       }
     try {
       return c.fn(rest);
     } catch (const UsageError& e) {
-      std::fprintf(stderr, "fusedmoe %s: %s\n%s", c.name, e.what(), c.usage);
+      std::fprintf(stderr, "fusedmoe %s: %s\n%s", c.name, e.what(), c.usage.c_str());
       return 2;
     } catch (const fusedmoe::Error& e) {
       std::fprintf(stderr, "%s\n", e.what());

@@ -14,14 +14,10 @@ std::string strf(const char* fmt, ...) {
   va_copy(copy, args);
   const int n = std::vsnprintf(nullptr, 0, fmt, copy);
   va_end(copy);
-  std::string out;
-  if (n > 0) {
-    std::vector<char> buf(size_t(n) + 1);
-    std::vsnprintf(buf.data(), buf.size(), fmt, args);
-    out.assign(buf.data(), size_t(n));
-  }
+  std::vector<char> buf(size_t(n > 0 ? n : 0) + 1, '\0');
+  if (n > 0) std::vsnprintf(buf.data(), buf.size(), fmt, args);
   va_end(args);
-  return out;
+  return std::string(buf.data());
 }
 
 void raise(const char* file, int line, const std::string& msg) {

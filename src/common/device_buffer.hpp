@@ -1,0 +1,61 @@
+// Owning device allocation for host code (tests, benchmarks, the CLI). Not part of the public
+// API: the library itself only borrows the caller's memory through TensorRef.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "common/cuda_check.hpp"
+
+namespace fusedmoe {
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes) { resize(bytes); }
+  ~DeviceBuffer() { release(); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr; o.bytes_ = 0; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) { release(); ptr_ = o.ptr_; bytes_ = o.bytes_; o.ptr_ = nullptr; o.bytes_ = 0; }
+    return *this;
+  }
+
+  void resize(size_t bytes) {
+    release();
+    if (bytes) FMOE_CUDA(cudaMalloc(&ptr_, bytes));
+    bytes_ = bytes;
+  }
+  void release() {
+    if (ptr_) cudaFree(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+
+  template <class T = void> T* get() const { return static_cast<T*>(ptr_); }
+  size_t bytes() const { return bytes_; }
+
+  /// Fills every byte with `value` (0xFF poisons: NaN for bf16/fp32, 0xFF for e4m3 is NaN).
+  void fill(uint8_t value) { if (bytes_) FMOE_CUDA(cudaMemset(ptr_, value, bytes_)); }
+
+  template <class T> static DeviceBuffer from(const std::vector<T>& host) {
+    DeviceBuffer b(host.size() * sizeof(T));
+    if (!host.empty()) FMOE_CUDA(cudaMemcpy(b.ptr_, host.data(), b.bytes_, cudaMemcpyHostToDevice));
+    return b;
+  }
+  template <class T> std::vector<T> to_host() const {
+    std::vector<T> out(bytes_ / sizeof(T));
+    if (!out.empty()) FMOE_CUDA(cudaMemcpy(out.data(), ptr_, out.size() * sizeof(T), cudaMemcpyDeviceToHost));
+    return out;
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace fusedmoe
