@@ -115,6 +115,22 @@ void rope(float* x, const int32_t* position, int T, int heads, int head_dim, int
           float theta, RopeStyle style, bool inverse);
 
 // ================================================================================================
+// One routed expert projection (the FP8 pipeline of src/moe): y = sum_j w_tj * quant(a_t) @ W_e^T.
+// ================================================================================================
+struct ProjectionResult {
+  Routing routing;
+  std::vector<double> y;        ///< [T, N] before the output rounding
+  std::vector<double> abs_sum;  ///< [T, N] sum over routes and k of |w * a * W|: tolerance scale
+};
+/// Routes `logits` (unless `given` is set: then its ids/weights are used), quantizes each token
+/// per 128 columns to FP8 (bf16(x * w) when the routing puts the weight on the input: then the
+/// output is not weighted), multiplies with the expert weights `w` (any precision) and sums the k
+/// routes of each token in choice order. x: [T, K] bf16-valued floats.
+ProjectionResult moe_projection(const RoutingConfig& cfg, const float* x, const float* logits,
+                                const float* bias, int T, int k, const WeightSet& w,
+                                const Routing* given = nullptr);
+
+// ================================================================================================
 // The whole layer.
 // ================================================================================================
 /// All parameters of one MoE layer, already quantized to cfg's weight precision.

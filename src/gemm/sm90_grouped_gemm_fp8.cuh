@@ -1,0 +1,341 @@
+// Grouped FP8 GEMM with block scales and the weighted-scatter epilogue.
+//
+//   out[token(slot), n] (+)= w(slot) * sum_kb sb[e, n/128, kb] * sa[token, kb] *
+//                                       sum_{k in kb} W[e, n, k] * xq[token, k]
+// for every slot of every expert e (expert e's slots: sorted_route[e*T .. e*T + counts[e])).
+// Weights are wgmma's M side (128 rows per tile: two consumer warpgroups x m64), the expert's
+// tokens its N side (BLOCK_T columns), so a decode tile streams weights for useful columns only.
+// W tiles arrive by TMA (128B swizzle); activation rows are gathered by cp.async straight from the
+// per-token quantized x (no sorted copy of the activations exists). A persistent grid walks the
+// tile table (per expert: weight blocks outer, token tiles inner, so an expert's token tiles run
+// back to back and share its weights in L2). Fast mode splits the (tile, k-block) units evenly
+// over the CTAs (stream-K) and adds partial sums with fp32 atomics into out [T, N]; deterministic
+// mode gives whole tiles to CTAs and stores one fp32 row per route, out [T*k, N].
+// Roles: warpgroup 0 produces (TMA + cp.async into a kStages ring), warpgroups 1-2 consume (wgmma
+// per 128-K block into a scratch accumulator, then promote with the scales). Before waiting for the
+// schedule (PDL), the producer prefetches into L2 the weights it will most likely stream first.
+#pragma once
+
+#include <cuda/ptx>
+#include <cuda_runtime.h>
+
+#include "common/ptx/sm90_ptx.cuh"
+#include "common/ptx/wgmma_fp8.cuh"
+#include "moe/moe_fp8_plan.hpp"
+
+namespace fusedmoe::detail {
+
+template <int kBlockT, int kStages_, bool kDeterministic_>
+struct GemmConfig {
+  static constexpr int BLOCK_W = 128;   // weight rows per tile (= one W scale block)
+  static constexpr int BLOCK_T = kBlockT;
+  static constexpr int BLOCK_K = 128;   // one scale block: the promotion interval
+  static constexpr int kStages = kStages_;
+  static constexpr bool kDeterministic = kDeterministic_;
+  static constexpr int kConsumerWGs = 2;
+  static constexpr int kThreads = 128 * (1 + kConsumerWGs);
+  static constexpr int kAccRegs = BLOCK_T / 2;          // m64 x BLOCK_T fp32 / 128 threads
+  static constexpr int kColsPerThread = BLOCK_T / 4;    // accumulator columns each thread holds
+  static constexpr int kChunks = BLOCK_T * BLOCK_K / 16;  // 16-byte cp.async per k-block
+  static constexpr int kChunksPerThread = (kChunks + 127) / 128;
+  static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+  static constexpr uint32_t kWBytes = BLOCK_W * BLOCK_K;
+
+  struct alignas(1024) Stage {
+    uint8_t w[BLOCK_W * BLOCK_K];   // (BLOCK_W, BLOCK_K) e4m3, TMA 128B swizzle
+    uint8_t a[BLOCK_T * BLOCK_K];   // (BLOCK_T, BLOCK_K) e4m3, same swizzle, written by cp.async
+    float sa[BLOCK_T];              // activation scale of each column for this k-block
+    float sb;                       // weight scale of this (tile rows, k-block)
+  };
+  struct SharedStorage {
+    Stage stages[kStages];
+    uint64_t full[kStages];   // producer -> consumers: TMA bytes + 128 cp.async arrivals
+    uint64_t empty[kStages];  // consumers -> producer: one arrival per consumer warp
+  };
+  static constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + alignment slack
+
+  static_assert(BLOCK_T % 16 == 0 || BLOCK_T == 8, "wgmma N: 8 or a multiple of 16 here");
+  static_assert((BLOCK_T * BLOCK_K) % 1024 == 0, "activation tile must keep stages 1024-aligned");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory budget of one SM exceeded");
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWGs <= 65536,
+                "setmaxnreg split exceeds the register file");
+};
+
+// One contiguous piece of work: k-blocks [kb0, kb1) of one tile.
+struct Segment {
+  int e, wb, tb, kb0, kb1;
+  int row0, nrows;  // first slot of the tile and how many of its BLOCK_T columns are real
+};
+
+// The tile table walk shared by producer and consumers (both must see identical segments).
+template <class Cfg>
+struct WorkIter {
+  const GemmParams& p;
+  int64_t unit, unit_end;  // fast: (tile * KB + kb) units; deterministic: tile indices
+  int64_t stride;
+
+  __device__ WorkIter(const GemmParams& params, int cta, int ctas) : p(params) {
+    const int64_t tiles = p.tile_offsets[p.E];
+    if constexpr (Cfg::kDeterministic) {
+      unit = cta;
+      unit_end = tiles;
+      stride = ctas;
+    } else {
+      // Stream-K: equal shares of units, so no CTA waits on a partial last wave.
+      const int64_t units = tiles * p.KB;
+      unit = units * cta / ctas;
+      unit_end = units * (cta + 1) / ctas;
+      stride = 0;
+    }
+  }
+
+  __device__ bool next(Segment& s) {
+    if (unit >= unit_end) return false;
+    int64_t tile;
+    if constexpr (Cfg::kDeterministic) {
+      tile = unit;
+      s.kb0 = 0;
+      s.kb1 = p.KB;
+      unit += stride;
+    } else {
+      tile = unit / p.KB;
+      s.kb0 = int(unit % p.KB);
+      const int64_t left = unit_end - unit;
+      s.kb1 = left < p.KB - s.kb0 ? s.kb0 + int(left) : p.KB;
+      unit += s.kb1 - s.kb0;
+    }
+    // Expert of the tile: the last e with tile_offsets[e] <= tile (empty experts repeat offsets).
+    int lo = 0, hi = p.E;  // invariant: tile_offsets[lo] <= tile < tile_offsets[hi]
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) >> 1;
+      if (p.tile_offsets[mid] <= tile) lo = mid; else hi = mid;
+    }
+    s.e = lo;
+    const int local = int(tile - p.tile_offsets[lo]);
+    const int count = min(p.counts[lo], p.T);  // > T only with dropped repeated ids
+    const int token_tiles = (count + Cfg::BLOCK_T - 1) / Cfg::BLOCK_T;
+    s.wb = local / token_tiles;  // token tiles innermost: consecutive tiles share a weight block
+    s.tb = local % token_tiles;
+    s.row0 = lo * p.T + s.tb * Cfg::BLOCK_T;
+    s.nrows = min(Cfg::BLOCK_T, count - s.tb * Cfg::BLOCK_T);
+    return true;
+  }
+};
+
+// ---- producer: one warpgroup; thread 0 issues the TMA, all 128 gather activation rows -----------
+template <class Cfg>
+__device__ void produce(const GemmParams& p, typename Cfg::SharedStorage& ss, int tid) {
+  namespace cptx = cuda::ptx;
+  WorkIter<Cfg> it(p, blockIdx.x, gridDim.x);
+  Segment s;
+  int stage = 0;
+  uint32_t phase = 0;
+  while (it.next(s)) {
+    // This thread copies chunk (tid % 8) of rows tid/8 + 16*j: 128 threads cover 16 rows per pass.
+    // Keep only the token of each row (-1: absent row) to stay within the producer's registers.
+    const int chunk = tid % 8;
+    int token[Cfg::kChunksPerThread];
+#pragma unroll
+    for (int j = 0; j < Cfg::kChunksPerThread; ++j) {
+      const int row = tid / 8 + 16 * j;
+      token[j] = (row < Cfg::BLOCK_T && row < s.nrows) ? p.sorted_route[s.row0 + row] / p.k : -1;
+    }
+    const bool sa_valid = tid < Cfg::BLOCK_T && tid < s.nrows;
+    const float* sa_src = p.sa + (sa_valid ? int64_t(p.sorted_route[s.row0 + tid] / p.k) * p.KB : 0);
+    const int n0 = s.wb * Cfg::BLOCK_W;
+    const float* sb_src = p.w_scale + (int64_t(s.e) * p.NB + n0 / 128) * p.KB;
+    const int w_row = s.e * p.N + n0;
+
+    for (int kb = s.kb0; kb < s.kb1; ++kb) {
+      // Wait until the consumers released this slot (first lap: passes at once).
+      while (!cptx::mbarrier_try_wait_parity(&ss.empty[stage], phase ^ 1)) {
+      }
+      auto& st = ss.stages[stage];
+      if (tid == 0) {
+        const uint32_t tx_bytes = Cfg::kWBytes;  // by value: cuda::ptx takes a reference
+        cptx::mbarrier_arrive_expect_tx(cptx::sem_release, cptx::scope_cta, cptx::space_shared,
+                                        &ss.full[stage], tx_bytes);
+        const int32_t coords[2] = {kb * Cfg::BLOCK_K, w_row};
+        cptx::cp_async_bulk_tensor(cptx::space_cluster, cptx::space_global, st.w, &p.w_desc, coords,
+                                   &ss.full[stage]);
+        ptx::cp_async_4(ptx::smem_addr(&st.sb), sb_src + kb, 4);
+      }
+      const int k_base = kb * Cfg::BLOCK_K;
+      const uint32_t a_base = ptx::smem_addr(st.a);
+      // Zero-fill padding columns (beyond K) and absent rows: no garbage (or NaN codes) ever
+      // meets a weight.
+      const bool in_k = k_base + chunk * 16 < p.K;
+#pragma unroll
+      for (int j = 0; j < Cfg::kChunksPerThread; ++j) {
+        const int row = tid / 8 + 16 * j;
+        if (row < Cfg::BLOCK_T) {
+          const bool ok = token[j] >= 0 && in_k;
+          const uint8_t* src = ok ? p.xq + int64_t(token[j]) * p.ldx + k_base + chunk * 16 : p.xq;
+          ptx::cp_async_16(a_base + ptx::swizzle128_offset(row, chunk), src, ok ? 16 : 0);
+        }
+      }
+      if (tid < Cfg::BLOCK_T) ptx::cp_async_4(ptx::smem_addr(&st.sa[tid]), sa_src + kb, sa_valid ? 4 : 0);
+      // Arrives on `full` once this thread's copies above have landed.
+      cptx::cp_async_mbarrier_arrive_noinc(&ss.full[stage]);
+      if (++stage == Cfg::kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+  }
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+// ---- consumers: two warpgroups, 64 weight rows each -----------------------------------------------
+template <class Cfg>
+__device__ void store_tile(const GemmParams& p, const Segment& s, int wgc, int tid,
+                           const float (&acc)[Cfg::kAccRegs]) {
+  const int warp = tid / 32, lane = tid % 32;
+  const int n_a = s.wb * Cfg::BLOCK_W + 64 * wgc + 16 * warp + lane / 4;  // rows n_a and n_a + 8
+  const int n_b = n_a + 8;
+#pragma unroll
+  for (int b = 0; b < Cfg::BLOCK_T / 8; ++b) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int col = 8 * b + 2 * (lane % 4) + h;
+      if (col >= s.nrows) continue;
+      const int slot = s.row0 + col;
+      const int route = p.sorted_route[slot];
+      const float w = p.weight_on_input ? 1.0f : p.topk_weights[route];
+      const float va = acc[4 * b + h] * w, vb = acc[4 * b + 2 + h] * w;
+      if constexpr (Cfg::kDeterministic) {
+        float* row = p.out + int64_t(route) * p.N;
+        if (n_a < p.N) row[n_a] = va;
+        if (n_b < p.N) row[n_b] = vb;
+      } else {
+        float* row = p.out + int64_t(route / p.k) * p.N;
+        if (n_a < p.N) atomicAdd(row + n_a, va);  // result unused: compiles to RED
+        if (n_b < p.N) atomicAdd(row + n_b, vb);
+      }
+    }
+  }
+}
+
+template <class Cfg>
+__device__ void consume(const GemmParams& p, typename Cfg::SharedStorage& ss, int wgc, int tid) {
+  namespace cptx = cuda::ptx;
+  using Mma = ptx::WgmmaFp8<Cfg::BLOCK_T>;
+  WorkIter<Cfg> it(p, blockIdx.x, gridDim.x);
+  Segment s;
+  int stage = 0;
+  uint32_t phase = 0;
+  const int lane = tid % 32;
+  float acc[Cfg::kAccRegs];   // (64 rows, BLOCK_T cols) of this warpgroup: the running sum
+  float part[Cfg::kAccRegs];  // the same fragment for one 128-K block, before scaling
+  while (it.next(s)) {
+#pragma unroll
+    for (int i = 0; i < Cfg::kAccRegs; ++i) acc[i] = 0.0f;
+    for (int kb = s.kb0; kb < s.kb1; ++kb) {
+      while (!cptx::mbarrier_try_wait_parity(&ss.full[stage], phase)) {
+      }
+      // The activation tile was written by cp.async (generic proxy); wgmma reads through the
+      // async proxy.
+      cptx::fence_proxy_async(cptx::space_shared);
+      auto& st = ss.stages[stage];
+      const uint64_t desc_w = ptx::smem_desc_k128b(st.w + wgc * 64 * Cfg::BLOCK_K);
+      const uint64_t desc_a = ptx::smem_desc_k128b(st.a);
+#pragma unroll
+      for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(part[i]);
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < Cfg::BLOCK_K / 32; ++kk)  // 32 bytes of K = 2 in descriptor units
+        Mma::mma(desc_w + 2 * kk, desc_a + 2 * kk, part, kk > 0);
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(part[i]);
+      // Promote: acc += part * (sb * sa[col]). The scales are read from the stage, so the slot is
+      // handed back only afterwards (the ring is deep enough that this costs nothing).
+      const float sb = st.sb;
+#pragma unroll
+      for (int b = 0; b < Cfg::BLOCK_T / 8; ++b)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float scale = sb * st.sa[8 * b + 2 * (lane % 4) + h];
+#pragma unroll
+          for (int r = 0; r < 2; ++r)
+            acc[4 * b + 2 * r + h] = fmaf(part[4 * b + 2 * r + h], scale, acc[4 * b + 2 * r + h]);
+        }
+      __syncwarp();
+      if (lane == 0) cptx::mbarrier_arrive(&ss.empty[stage]);
+      if (++stage == Cfg::kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+    store_tile<Cfg>(p, s, wgc, tid, acc);
+  }
+}
+
+// L2 prefetch of the weights this CTA will most likely stream first, issued before the schedule
+// exists. The guess assumes what decode at moderate T looks like (every expert hit, one token
+// tile each): then the tile table is E x NWB tiles and this CTA's first units are known. A wrong
+// guess only costs the prefetched bytes; the host enables it only when most experts are hit.
+template <class Cfg>
+__device__ void prefetch_expected_weights(const GemmParams& p) {
+  const int64_t tiles = int64_t(p.E) * p.NWB;
+  // Deterministic: this CTA's first tile is tile blockIdx.x; fast: its stream-K share starts at
+  // unit units * cta / ctas.
+  int64_t unit = Cfg::kDeterministic ? int64_t(blockIdx.x) * p.KB
+                                     : tiles * p.KB * blockIdx.x / gridDim.x;
+  const int num = Cfg::kDeterministic ? min(p.prefetch_units, p.KB) : p.prefetch_units;
+  for (int i = 0; i < num; ++i, ++unit) {
+    const int64_t tile = unit / p.KB;
+    if (tile >= tiles) break;
+    const int kb = int(unit % p.KB);
+    const int e = int(tile / p.NWB), wb = int(tile % p.NWB);
+    const int32_t k_coord = kb * Cfg::BLOCK_K, row_coord = e * p.N + wb * Cfg::BLOCK_W;
+    asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n"
+                 ::"l"(&p.w_desc), "r"(k_coord), "r"(row_coord) : "memory");
+  }
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) grouped_gemm_fp8_kernel(const __grid_constant__ GemmParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  namespace cptx = cuda::ptx;
+  extern __shared__ uint8_t smem_raw[];
+  auto& ss = *reinterpret_cast<typename Cfg::SharedStorage*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      cptx::mbarrier_init(&ss.full[s], 1 + 128);  // expect_tx arrive + one noinc per producer thread
+      cptx::mbarrier_init(&ss.empty[s], 4 * Cfg::kConsumerWGs);
+    }
+    cptx::fence_mbarrier_init(cptx::sem_release, cptx::scope_cluster);  // visible to the TMA unit
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.w_desc) : "memory");
+    // Weights never depend on the previous kernels: start pulling them in while they finish.
+    if (p.prefetch_units > 0) prefetch_expected_weights<Cfg>(p);
+  }
+  __syncthreads();
+  // Everything above overlapped the previous kernels; the schedule they wrote is read below.
+  cudaGridDependencySynchronize();
+  cudaTriggerProgrammaticLaunchCompletion();
+  if (wg == 0) {
+    ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
+    produce<Cfg>(p, ss, tid);
+  } else {
+    ptx::setmaxnreg_inc<Cfg::kConsumerRegs>();
+    consume<Cfg>(p, ss, wg - 1, tid);
+  }
+#else
+  __trap();  // built for sm_90a only
+#endif
+}
+
+template <class Cfg>
+void launch_grouped_gemm_fp8_cfg(const GemmParams& p, int num_sms, cudaStream_t stream) {
+  auto kernel = grouped_gemm_fp8_kernel<Cfg>;
+  FMOE_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 int(Cfg::kSmemBytes)));
+  launch_pdl(kernel, dim3(num_sms), dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p);
+  FMOE_CHECK_LAUNCH("grouped_gemm_fp8_kernel", stream);
+}
+
+}  // namespace fusedmoe::detail

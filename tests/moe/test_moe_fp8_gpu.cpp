@@ -1,0 +1,270 @@
+// The fused FP8 MoE projection on the GPU against the CPU reference (ref::moe_projection), fed
+// the same FP8 codes and scales: every routing function, T from 0 to 4096, E up to 384, odd K/N,
+// hot and all-to-one experts, both reduction modes, poisoned outputs, graph capture, bad ids.
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+
+#include "moe/moe_fp8_plan.hpp"
+#include "tests/moe/moe_fp8_test_util.hpp"
+
+using namespace fusedmoe;
+using namespace fusedmoe::test;
+
+namespace {
+
+// Runs one problem for each seed: poisoned y, the call, the reference check.
+void run_and_check(const Problem& pb, int seeds = 3) {
+  std::vector<uint64_t> seeds_all = seeds_for(hash_ints({pb.T, pb.E, pb.k, pb.N, pb.K,
+                                                         int(pb.routing.fn), int(pb.mode),
+                                                         int(pb.route)}));
+  seeds_all.resize(size_t(std::min<int>(seeds, int(seeds_all.size()))));
+  for (uint64_t seed : seeds_all) {
+    Inputs in = make_inputs(pb, seed);
+    in.d_y.fill(0xFF);  // NaN in bf16: an element the call does not write fails the check
+    MoeFp8ProjectionArgs a = make_args(pb, in);
+    moe_fp8_projection(a, in.d_ws.get(), in.ws_bytes, nullptr);
+    FMOE_CUDA(cudaDeviceSynchronize());
+    const std::vector<float> got = y_host(pb, in);
+    check_against_ref(pb, in, got, pb.describe() + strf(" seed %llu", (unsigned long long)seed));
+    EXPECT_EQ(moe_fp8_dropped_routes(in.d_ws.get(), pb.T, pb.E, pb.k, pb.N, pb.K, pb.mode, nullptr), 0);
+    if (!a.routing_given && pb.ids_out && pb.T > 0) {  // the kernel's routing equals the reference's exactly
+      const ref::Routing want = ref::route(pb.routing, in.logits.data(), pb.T, pb.E, pb.k,
+                                           in.bias.empty() ? nullptr : in.bias.data());
+      const std::vector<int32_t> ids = in.d_ids.to_host<int32_t>();
+      const std::vector<float> w = in.d_weights.to_host<float>();
+      for (size_t i = 0; i < want.ids.size(); ++i) {
+        ASSERT_EQ(ids[i], want.ids[i]) << pb.describe() << " seed " << seed << " route " << i;
+        ASSERT_NEAR(w[i], want.weights[i], 2e-6 * std::fabs(want.weights[i]) + 1e-30)
+            << pb.describe() << " seed " << seed << " route " << i;
+      }
+    }
+  }
+}
+
+Problem base(int T, int E, int k, int N, int K, ReductionMode mode) {
+  Problem pb;
+  pb.T = T;
+  pb.E = E;
+  pb.k = k;
+  pb.N = N;
+  pb.K = K;
+  pb.mode = mode;
+  return pb;
+}
+
+const ReductionMode kModes[] = {ReductionMode::fast, ReductionMode::deterministic};
+
+}  // namespace
+
+TEST(MoeFp8Gpu, TokenCountsAndExpertCounts) {
+  FMOE_SKIP_WITHOUT_GPU();
+  struct S { int T, E, k, N, K; };
+  for (const S s : {S{0, 8, 2, 128, 256}, S{1, 8, 2, 128, 256}, S{2, 128, 8, 256, 512},
+                    S{7, 256, 8, 512, 2048}, S{128, 256, 8, 512, 2048}, S{1000, 128, 8, 256, 512},
+                    S{4096, 384, 8, 128, 256}, S{333, 8, 2, 384, 384}})
+    for (ReductionMode m : kModes) {
+      Problem pb = base(s.T, s.E, s.k, s.N, s.K, m);
+      pb.ids_out = s.T % 2 == 0;  // odd T: routing stays in the workspace
+      run_and_check(pb, s.T >= 1000 ? 1 : 2);
+    }
+}
+
+TEST(MoeFp8Gpu, OddShapesPadInsideTheKernels) {
+  FMOE_SKIP_WITHOUT_GPU();
+  struct S { int T, E, k, N, K; };
+  // gpt-oss's 2880 (not a multiple of 128), the smallest legal sizes, and mixed remainders.
+  for (const S s : {S{9, 16, 4, 2880, 2880}, S{5, 4, 2, 16, 16}, S{33, 32, 3, 48, 144},
+                    S{17, 64, 8, 400, 1040}})
+    for (ReductionMode m : kModes) run_and_check(base(s.T, s.E, s.k, s.N, s.K, m), 2);
+}
+
+TEST(MoeFp8Gpu, EveryRoutingFunction) {
+  FMOE_SKIP_WITHOUT_GPU();
+  for (ReductionMode m : kModes) {
+    Problem pb = base(37, 64, 6, 256, 512, m);
+    for (bool renorm : {true, false})
+      for (float softcap : {0.0f, 30.0f}) {
+        pb.routing = RoutingConfig{};
+        pb.routing.renormalize = renorm;
+        pb.routing.softcap = softcap;
+        pb.routing.routed_scaling_factor = 1.25f;
+        run_and_check(pb, 2);
+      }
+    // DeepSeek-V3: sigmoid + correction bias, 8 groups keep 4, scaling 2.5.
+    Problem ds = base(29, 256, 8, 256, 512, m);
+    ds.routing.fn = RoutingFn::sigmoid_grouped_topk;
+    ds.routing.num_groups = 8;
+    ds.routing.topk_groups = 4;
+    ds.routing.correction_bias = true;
+    ds.routing.routed_scaling_factor = 2.5f;
+    run_and_check(ds, 2);
+    // Kimi-K2: one group, 384 experts.
+    Problem kimi = base(21, 384, 8, 128, 256, m);
+    kimi.routing = ds.routing;
+    kimi.routing.num_groups = 1;
+    kimi.routing.topk_groups = 1;
+    run_and_check(kimi, 2);
+    // gpt-oss: router bias, top-k then softmax over the k.
+    Problem oss = base(19, 128, 4, 2880, 2880, m);
+    oss.routing.fn = RoutingFn::topk_softmax;
+    oss.routing.router_bias = true;
+    run_and_check(oss, 1);
+    // Llama 4: top-1, sigmoid weight multiplied into the token before the expert.
+    Problem l4 = base(23, 128, 1, 256, 512, m);
+    l4.routing.fn = RoutingFn::sigmoid_top1_on_input;
+    run_and_check(l4, 2);
+  }
+}
+
+TEST(MoeFp8Gpu, HotExpertAndAllTokensToOneExpert) {
+  FMOE_SKIP_WITHOUT_GPU();
+  for (ReductionMode m : kModes) {
+    Problem hot = base(300, 128, 8, 256, 512, m);
+    hot.route = RouteKind::hot;  // one expert gets all 300 tokens: several token tiles
+    run_and_check(hot, 2);
+    Problem one = base(1000, 64, 1, 256, 384, m);
+    one.route = RouteKind::all_to_one;  // every row on expert 0, all others empty
+    run_and_check(one, 1);
+    Problem given = base(50, 32, 4, 128, 256, m);
+    given.route = RouteKind::given;
+    run_and_check(given, 2);
+  }
+}
+
+TEST(MoeFp8Gpu, EveryCompiledConfigRuns) {
+  FMOE_SKIP_WITHOUT_GPU();
+  for (int i = 0; i < int(detail::GemmConfigId::count); ++i) {
+    const detail::GemmConfigInfo c = detail::gemm_config_info(detail::GemmConfigId(i));
+    setenv("FMOE_FORCE_CONFIG", c.name, 1);
+    const ReductionMode m = c.deterministic ? ReductionMode::deterministic : ReductionMode::fast;
+    run_and_check(base(150, 16, 4, 256, 640, m), 1);  // ~37 rows per expert: several tiles at 16
+    run_and_check(base(3, 8, 2, 128, 128, m), 1);
+  }
+  unsetenv("FMOE_FORCE_CONFIG");
+}
+
+TEST(MoeFp8Gpu, DeterministicModeIsBitwiseReproducible) {
+  FMOE_SKIP_WITHOUT_GPU();
+  for (int T : {128, 1000}) {
+    Problem pb = base(T, 256, 8, 512, 2048, ReductionMode::deterministic);
+    Inputs in = make_inputs(pb, seeds_for(hash_ints({T, 0xdede}))[2]);
+    MoeFp8ProjectionArgs a = make_args(pb, in);
+    cudaStream_t s;
+    FMOE_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    moe_fp8_projection(a, in.d_ws.get(), in.ws_bytes, s);
+    FMOE_CUDA(cudaStreamSynchronize(s));
+    const std::vector<uint16_t> first = in.d_y.to_host<uint16_t>();
+    // 10 direct calls and 10 replays of a captured graph: all bitwise equal to the first.
+    for (int i = 0; i < 10; ++i) {
+      in.d_y.fill(0xFF);
+      moe_fp8_projection(a, in.d_ws.get(), in.ws_bytes, s);
+      FMOE_CUDA(cudaStreamSynchronize(s));
+      ASSERT_EQ(in.d_y.to_host<uint16_t>(), first) << "direct call " << i << " T=" << T;
+    }
+    cudaGraph_t g;
+    FMOE_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    moe_fp8_projection(a, in.d_ws.get(), in.ws_bytes, s);
+    FMOE_CUDA(cudaStreamEndCapture(s, &g));
+    cudaGraphExec_t ge;
+    FMOE_CUDA(cudaGraphInstantiate(&ge, g, 0));
+    for (int i = 0; i < 10; ++i) {
+      in.d_y.fill(0xFF);
+      FMOE_CUDA(cudaGraphLaunch(ge, s));
+      FMOE_CUDA(cudaStreamSynchronize(s));
+      ASSERT_EQ(in.d_y.to_host<uint16_t>(), first) << "graph replay " << i << " T=" << T;
+    }
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    cudaStreamDestroy(s);
+    check_against_ref(pb, in, y_host(pb, in), pb.describe());
+  }
+}
+
+TEST(MoeFp8Gpu, GraphReplayMatchesDirectCallInFastMode) {
+  FMOE_SKIP_WITHOUT_GPU();
+  Problem pb = base(128, 256, 8, 512, 2048, ReductionMode::fast);
+  Inputs in = make_inputs(pb, seeds_for(0xfa57)[2]);
+  MoeFp8ProjectionArgs a = make_args(pb, in);
+  cudaStream_t s;
+  FMOE_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t g;
+  FMOE_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  moe_fp8_projection(a, in.d_ws.get(), in.ws_bytes, s);  // no host sync inside: capturable
+  FMOE_CUDA(cudaStreamEndCapture(s, &g));
+  cudaGraphExec_t ge;
+  FMOE_CUDA(cudaGraphInstantiate(&ge, g, 0));
+  for (int i = 0; i < 5; ++i) {
+    in.d_y.fill(0xFF);
+    FMOE_CUDA(cudaGraphLaunch(ge, s));
+    FMOE_CUDA(cudaStreamSynchronize(s));
+    check_against_ref(pb, in, y_host(pb, in), pb.describe() + strf(" replay %d", i));
+  }
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+}
+
+TEST(MoeFp8Gpu, NaNInputPoisonsOnlyItsToken) {
+  FMOE_SKIP_WITHOUT_GPU();
+  for (ReductionMode m : kModes) {
+    Problem pb = base(8, 16, 2, 128, 256, m);
+    Inputs in = make_inputs(pb, 77);
+    in.x[3 * pb.K + 5] = std::nanf("");  // token 3, first 128-block
+    in.x_bf16[3 * pb.K + 5] = fmt::bf16_from_float(in.x[3 * pb.K + 5]);
+    in.d_x = DeviceBuffer::from(in.x_bf16);
+    MoeFp8ProjectionArgs a = make_args(pb, in);
+    moe_fp8_projection(a, in.d_ws.get(), in.ws_bytes, nullptr);
+    FMOE_CUDA(cudaDeviceSynchronize());
+    const std::vector<float> got = y_host(pb, in);
+    for (int t = 0; t < pb.T; ++t)
+      for (int n = 0; n < pb.N; ++n)
+        ASSERT_EQ(std::isnan(got[size_t(t) * pb.N + n]), t == 3) << "t=" << t << " n=" << n;
+    check_against_ref(pb, in, got, pb.describe() + " NaN in token 3");
+  }
+}
+
+TEST(MoeFp8Gpu, BadCallerIdsAreRejectedOrDropped) {
+  FMOE_SKIP_WITHOUT_GPU();
+  for (ReductionMode m : kModes) {
+    Problem pb = base(12, 16, 2, 128, 256, m);
+    pb.route = RouteKind::given;
+    Inputs in = make_inputs(pb, 91);
+    std::vector<int32_t> bad = in.given.ids;
+    bad[5] = 16;   // out of range
+    bad[8] = -1;   // negative
+    in.d_ids = DeviceBuffer::from(bad);
+    MoeFp8ProjectionArgs a = make_args(pb, in);
+    expect_error([&] { moe_fp8_projection(a, in.d_ws.get(), in.ws_bytes, nullptr); },
+                 "topk_ids[2, 1] = 16 is not an expert id in [0, 16)");
+    // Unchecked (e.g. inside a graph): the bad routes are dropped and counted, nothing else moves.
+    a.validate_routing = false;
+    in.d_y.fill(0xFF);
+    moe_fp8_projection(a, in.d_ws.get(), in.ws_bytes, nullptr);
+    FMOE_CUDA(cudaDeviceSynchronize());
+    EXPECT_EQ(moe_fp8_dropped_routes(in.d_ws.get(), pb.T, pb.E, pb.k, pb.N, pb.K, m, nullptr), 2);
+    ref::Routing without = in.given;
+    without.weights[5] = 0.0f;  // a dropped route contributes nothing
+    without.weights[8] = 0.0f;
+    without.ids[5] = 0;
+    without.ids[8] = without.ids[9] == 0 ? 1 : 0;
+    in.given = without;
+    check_against_ref(pb, in, y_host(pb, in), pb.describe() + " dropped routes");
+    // A repeated expert inside a token is refused when checked.
+    std::vector<int32_t> dup = without.ids;
+    dup[1] = dup[0];
+    in.d_ids = DeviceBuffer::from(dup);
+    a = make_args(pb, in);
+    expect_error([&] { moe_fp8_projection(a, in.d_ws.get(), in.ws_bytes, nullptr); },
+                 "repeats expert");
+  }
+}
+
+TEST(MoeFp8Gpu, SanitizerSmall) {
+  // Small shapes for compute-sanitizer (memcheck, racecheck, synccheck) on the GPU machine.
+  FMOE_SKIP_WITHOUT_GPU();
+  for (ReductionMode m : kModes) {
+    run_and_check(base(5, 8, 2, 128, 256, m), 1);
+    run_and_check(base(40, 16, 4, 144, 272, m), 1);
+  }
+}
