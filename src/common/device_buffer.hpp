@@ -40,7 +40,13 @@ class DeviceBuffer {
   size_t bytes() const { return bytes_; }
 
   /// Fills every byte with `value` (0xFF poisons: NaN for bf16/fp32, 0xFF for e4m3 is NaN).
-  void fill(uint8_t value) { if (bytes_) FMOE_CUDA(cudaMemset(ptr_, value, bytes_)); }
+  /// Synchronous: cudaMemset runs on the legacy default stream, which does not order against
+  /// non-blocking streams, so the fill is complete before any later work anywhere.
+  void fill(uint8_t value) {
+    if (!bytes_) return;
+    FMOE_CUDA(cudaMemset(ptr_, value, bytes_));
+    FMOE_CUDA(cudaDeviceSynchronize());
+  }
 
   template <class T> static DeviceBuffer from(const std::vector<T>& host) {
     DeviceBuffer b(host.size() * sizeof(T));

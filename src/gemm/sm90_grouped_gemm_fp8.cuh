@@ -38,7 +38,8 @@ struct GemmConfig {
   static constexpr int kColsPerThread = BLOCK_T / 4;    // accumulator columns each thread holds
   static constexpr int kChunks = BLOCK_T * BLOCK_K / 16;  // 16-byte cp.async per k-block
   static constexpr int kChunksPerThread = (kChunks + 127) / 128;
-  static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+  static constexpr int kProducerRegs = 56, kConsumerRegs = 224;
+  static constexpr int kMaxExperts = 512;  // the schedule copy in shared memory
   static constexpr uint32_t kWBytes = BLOCK_W * BLOCK_K;
 
   struct alignas(1024) Stage {
@@ -46,9 +47,15 @@ struct GemmConfig {
     uint8_t a[BLOCK_T * BLOCK_K];   // (BLOCK_T, BLOCK_K) e4m3, same swizzle, written by cp.async
     float sa[BLOCK_T];              // activation scale of each column for this k-block
     float sb;                       // weight scale of this (tile rows, k-block)
+    // Written with a segment's last k-block only: the epilogue's column -> (route, routing
+    // weight), so it does no dependent global loads (-1: absent column).
+    int32_t col_route[BLOCK_T];
+    float col_weight[BLOCK_T];
   };
   struct SharedStorage {
     Stage stages[kStages];
+    int32_t tile_offsets[kMaxExperts + 1];  // the schedule, copied once per CTA: the tile walk's
+    int32_t counts[kMaxExperts];            // binary search then runs on shared memory
     uint64_t full[kStages];   // producer -> consumers: TMA bytes + 128 cp.async arrivals
     uint64_t empty[kStages];  // consumers -> producer: one arrival per consumer warp
   };
@@ -67,37 +74,49 @@ struct Segment {
   int row0, nrows;  // first slot of the tile and how many of its BLOCK_T columns are real
 };
 
+// How many leading tiles are handed out whole, round robin; the rest is split into equal shares
+// of (tile, k-block) units (stream-K). Deterministic mode: every tile whole (each output element
+// is then computed by one CTA in a fixed order). Fast mode: all but the last full wave and the
+// partial wave go round robin, so at any moment the CTAs work on neighbouring tiles, i.e. on a
+// few experts whose weights and activation rows stay in L2 while their weight and token blocks
+// are crossed; the tail is stream-K, so no CTA idles through a partial last wave.
+template <class Cfg>
+__device__ __forceinline__ int64_t round_robin_tiles(int64_t tiles, int ctas) {
+  if (Cfg::kDeterministic) return tiles;
+  const int64_t waves = tiles / ctas;
+  return waves >= 2 ? (waves - 1) * ctas : 0;
+}
+
 // The tile table walk shared by producer and consumers (both must see identical segments).
 template <class Cfg>
 struct WorkIter {
   const GemmParams& p;
-  int64_t unit, unit_end;  // fast: (tile * KB + kb) units; deterministic: tile indices
-  int64_t stride;
+  const int32_t* tile_offsets;  // shared-memory copies
+  const int32_t* counts;
+  int64_t tile_rr, rr_tiles, stride;  // round-robin phase: next tile, its end, the stride
+  int64_t unit, unit_end;             // stream-K phase: (tile * KB + kb) units
 
-  __device__ WorkIter(const GemmParams& params, int cta, int ctas) : p(params) {
-    const int64_t tiles = p.tile_offsets[p.E];
-    if constexpr (Cfg::kDeterministic) {
-      unit = cta;
-      unit_end = tiles;
-      stride = ctas;
-    } else {
-      // Stream-K: equal shares of units, so no CTA waits on a partial last wave.
-      const int64_t units = tiles * p.KB;
-      unit = units * cta / ctas;
-      unit_end = units * (cta + 1) / ctas;
-      stride = 0;
-    }
+  __device__ WorkIter(const GemmParams& params, const typename Cfg::SharedStorage& ss, int cta,
+                      int ctas)
+      : p(params), tile_offsets(ss.tile_offsets), counts(ss.counts) {
+    const int64_t tiles = tile_offsets[p.E];
+    rr_tiles = round_robin_tiles<Cfg>(tiles, ctas);
+    tile_rr = cta;
+    stride = ctas;
+    const int64_t tail_units = (tiles - rr_tiles) * p.KB;
+    unit = rr_tiles * p.KB + tail_units * cta / ctas;
+    unit_end = rr_tiles * p.KB + tail_units * (cta + 1) / ctas;
   }
 
   __device__ bool next(Segment& s) {
-    if (unit >= unit_end) return false;
     int64_t tile;
-    if constexpr (Cfg::kDeterministic) {
-      tile = unit;
+    if (tile_rr < rr_tiles) {
+      tile = tile_rr;
+      tile_rr += stride;
       s.kb0 = 0;
       s.kb1 = p.KB;
-      unit += stride;
     } else {
+      if (unit >= unit_end) return false;
       tile = unit / p.KB;
       s.kb0 = int(unit % p.KB);
       const int64_t left = unit_end - unit;
@@ -108,11 +127,11 @@ struct WorkIter {
     int lo = 0, hi = p.E;  // invariant: tile_offsets[lo] <= tile < tile_offsets[hi]
     while (hi - lo > 1) {
       const int mid = (lo + hi) >> 1;
-      if (p.tile_offsets[mid] <= tile) lo = mid; else hi = mid;
+      if (tile_offsets[mid] <= tile) lo = mid; else hi = mid;
     }
     s.e = lo;
-    const int local = int(tile - p.tile_offsets[lo]);
-    const int count = min(p.counts[lo], p.T);  // > T only with dropped repeated ids
+    const int local = int(tile - tile_offsets[lo]);
+    const int count = min(counts[lo], p.T);  // > T only with dropped repeated ids
     const int token_tiles = (count + Cfg::BLOCK_T - 1) / Cfg::BLOCK_T;
     s.wb = local / token_tiles;  // token tiles innermost: consecutive tiles share a weight block
     s.tb = local % token_tiles;
@@ -126,7 +145,7 @@ struct WorkIter {
 template <class Cfg>
 __device__ void produce(const GemmParams& p, typename Cfg::SharedStorage& ss, int tid) {
   namespace cptx = cuda::ptx;
-  WorkIter<Cfg> it(p, blockIdx.x, gridDim.x);
+  WorkIter<Cfg> it(p, ss, blockIdx.x, gridDim.x);
   Segment s;
   int stage = 0;
   uint32_t phase = 0;
@@ -140,8 +159,10 @@ __device__ void produce(const GemmParams& p, typename Cfg::SharedStorage& ss, in
       const int row = tid / 8 + 16 * j;
       token[j] = (row < Cfg::BLOCK_T && row < s.nrows) ? p.sorted_route[s.row0 + row] / p.k : -1;
     }
-    const bool sa_valid = tid < Cfg::BLOCK_T && tid < s.nrows;
-    const float* sa_src = p.sa + (sa_valid ? int64_t(p.sorted_route[s.row0 + tid] / p.k) * p.KB : 0);
+    const bool col_valid = tid < Cfg::BLOCK_T && tid < s.nrows;
+    const int col_route = col_valid ? p.sorted_route[s.row0 + tid] : -1;
+    const float* sa_src = p.sa + (col_valid ? int64_t(col_route / p.k) * p.KB : 0);
+    const float col_weight = col_valid && !p.weight_on_input ? p.topk_weights[col_route] : 1.0f;
     const int n0 = s.wb * Cfg::BLOCK_W;
     const float* sb_src = p.w_scale + (int64_t(s.e) * p.NB + n0 / 128) * p.KB;
     const int w_row = s.e * p.N + n0;
@@ -174,7 +195,13 @@ __device__ void produce(const GemmParams& p, typename Cfg::SharedStorage& ss, in
           ptx::cp_async_16(a_base + ptx::swizzle128_offset(row, chunk), src, ok ? 16 : 0);
         }
       }
-      if (tid < Cfg::BLOCK_T) ptx::cp_async_4(ptx::smem_addr(&st.sa[tid]), sa_src + kb, sa_valid ? 4 : 0);
+      if (tid < Cfg::BLOCK_T) {
+        ptx::cp_async_4(ptx::smem_addr(&st.sa[tid]), sa_src + kb, col_valid ? 4 : 0);
+        if (kb + 1 == s.kb1) {  // ordered before the consumers' reads by the arrive below
+          st.col_route[tid] = col_route;
+          st.col_weight[tid] = col_weight;
+        }
+      }
       // Arrives on `full` once this thread's copies above have landed.
       cptx::cp_async_mbarrier_arrive_noinc(&ss.full[stage]);
       if (++stage == Cfg::kStages) {
@@ -188,8 +215,8 @@ __device__ void produce(const GemmParams& p, typename Cfg::SharedStorage& ss, in
 
 // ---- consumers: two warpgroups, 64 weight rows each -----------------------------------------------
 template <class Cfg>
-__device__ void store_tile(const GemmParams& p, const Segment& s, int wgc, int tid,
-                           const float (&acc)[Cfg::kAccRegs]) {
+__device__ void store_tile(const GemmParams& p, const Segment& s, const typename Cfg::Stage& st,
+                           int wgc, int tid, const float (&acc)[Cfg::kAccRegs]) {
   const int warp = tid / 32, lane = tid % 32;
   const int n_a = s.wb * Cfg::BLOCK_W + 64 * wgc + 16 * warp + lane / 4;  // rows n_a and n_a + 8
   const int n_b = n_a + 8;
@@ -198,10 +225,9 @@ __device__ void store_tile(const GemmParams& p, const Segment& s, int wgc, int t
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int col = 8 * b + 2 * (lane % 4) + h;
-      if (col >= s.nrows) continue;
-      const int slot = s.row0 + col;
-      const int route = p.sorted_route[slot];
-      const float w = p.weight_on_input ? 1.0f : p.topk_weights[route];
+      const int route = st.col_route[col];
+      if (route < 0) continue;  // absent column
+      const float w = st.col_weight[col];
       const float va = acc[4 * b + h] * w, vb = acc[4 * b + 2 + h] * w;
       if constexpr (Cfg::kDeterministic) {
         float* row = p.out + int64_t(route) * p.N;
@@ -220,7 +246,7 @@ template <class Cfg>
 __device__ void consume(const GemmParams& p, typename Cfg::SharedStorage& ss, int wgc, int tid) {
   namespace cptx = cuda::ptx;
   using Mma = ptx::WgmmaFp8<Cfg::BLOCK_T>;
-  WorkIter<Cfg> it(p, blockIdx.x, gridDim.x);
+  WorkIter<Cfg> it(p, ss, blockIdx.x, gridDim.x);
   Segment s;
   int stage = 0;
   uint32_t phase = 0;
@@ -261,6 +287,10 @@ __device__ void consume(const GemmParams& p, typename Cfg::SharedStorage& ss, in
           for (int r = 0; r < 2; ++r)
             acc[4 * b + 2 * r + h] = fmaf(part[4 * b + 2 * r + h], scale, acc[4 * b + 2 * r + h]);
         }
+      // The segment's last stage is kept until the epilogue has read its column metadata (the
+      // other stages of the ring keep the producer busy meanwhile).
+      const bool last = kb + 1 == s.kb1;
+      if (last) store_tile<Cfg>(p, s, st, wgc, tid, acc);
       __syncwarp();
       if (lane == 0) cptx::mbarrier_arrive(&ss.empty[stage]);
       if (++stage == Cfg::kStages) {
@@ -268,7 +298,6 @@ __device__ void consume(const GemmParams& p, typename Cfg::SharedStorage& ss, in
         phase ^= 1;
       }
     }
-    store_tile<Cfg>(p, s, wgc, tid, acc);
   }
 }
 
@@ -279,11 +308,12 @@ __device__ void consume(const GemmParams& p, typename Cfg::SharedStorage& ss, in
 template <class Cfg>
 __device__ void prefetch_expected_weights(const GemmParams& p) {
   const int64_t tiles = int64_t(p.E) * p.NWB;
-  // Deterministic: this CTA's first tile is tile blockIdx.x; fast: its stream-K share starts at
-  // unit units * cta / ctas.
-  int64_t unit = Cfg::kDeterministic ? int64_t(blockIdx.x) * p.KB
-                                     : tiles * p.KB * blockIdx.x / gridDim.x;
-  const int num = Cfg::kDeterministic ? min(p.prefetch_units, p.KB) : p.prefetch_units;
+  // The same walk as WorkIter on the guessed table: a first whole tile, or a stream-K share.
+  const int64_t rr = round_robin_tiles<Cfg>(tiles, gridDim.x);
+  const int64_t tail_units = (tiles - rr) * p.KB;
+  const bool whole = blockIdx.x < rr;
+  int64_t unit = whole ? int64_t(blockIdx.x) * p.KB : rr * p.KB + tail_units * blockIdx.x / gridDim.x;
+  const int num = whole ? min(p.prefetch_units, p.KB) : p.prefetch_units;
   for (int i = 0; i < num; ++i, ++unit) {
     const int64_t tile = unit / p.KB;
     if (tile >= tiles) break;
@@ -317,6 +347,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) grouped_gemm_fp8_kernel(cons
   // Everything above overlapped the previous kernels; the schedule they wrote is read below.
   cudaGridDependencySynchronize();
   cudaTriggerProgrammaticLaunchCompletion();
+  for (int e = threadIdx.x; e <= p.E; e += Cfg::kThreads) {
+    ss.tile_offsets[e] = p.tile_offsets[e];
+    if (e < p.E) ss.counts[e] = p.counts[e];
+  }
+  __syncthreads();
   if (wg == 0) {
     ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
     produce<Cfg>(p, ss, tid);

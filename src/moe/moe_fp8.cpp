@@ -314,7 +314,13 @@ MoeFp8Plan plan_moe_fp8_projection(const MoeFp8ProjectionArgs& a, void* workspac
                "cuda:%d", kOp, a.w.device_index, dev);
   const DeviceState& ds = device_state(dev);
   FMOE_REQUIRE(ds.ok, "%s: %s", kOp, ds.why.c_str());
-  if (T == 0) return plan;  // y is empty: nothing to compute or zero
+  if (T == 0) {
+    // y is empty: nothing to compute. The status words still describe this call (no route
+    // dropped), so moe_fp8_dropped_routes reads 0; a memset node is graph-capturable.
+    layout(0, E, k, N, K, a.mode, workspace, &plan.ws);
+    FMOE_CUDA(cudaMemsetAsync(plan.ws.status, 0, kStatusWords * sizeof(int32_t), stream));
+    return plan;
+  }
   if (a.routing_given && a.validate_routing) check_given_ids(a.topk_ids, E, stream);
 
   plan.T = T;

@@ -66,7 +66,6 @@ struct RouteQuantParams {
   int32_t* counts;             // [E] zeroed here
   int32_t* status;             // [kStatusWords] zeroed here
 };
-constexpr int kRouteQuantTokensPerCta = 4;  // one warp per token
 void launch_route_quant(const RouteQuantParams& p, cudaStream_t stream);
 
 // ---- stage 2: counts + slots + GEMM tile table (src/permute) -------------------------------------

@@ -64,8 +64,17 @@ schedule_kernel(const __grid_constant__ ScheduleParams p) {
     rank[i] = atomicAdd(s_count + expert[i], 1);
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < p.E; e += Cfg::kThreads)
-    if (s_count[e] > 0) s_base[e] = atomicAdd(p.counts + e, s_count[e]);
+  // One CTA (decode): it owns every route, so its counts are final and no global atomic, done
+  // counter or second read of the counts is needed: two fewer global round trips.
+  const bool single = gridDim.x == 1;
+  for (int e = threadIdx.x; e < p.E; e += Cfg::kThreads) {
+    if (single) {
+      s_base[e] = 0;
+      p.counts[e] = s_count[e];
+    } else if (s_count[e] > 0) {
+      s_base[e] = atomicAdd(p.counts + e, s_count[e]);
+    }
+  }
   __syncthreads();
 #pragma unroll
   for (int i = 0; i < Cfg::kPerThread; ++i) {
@@ -85,19 +94,22 @@ schedule_kernel(const __grid_constant__ ScheduleParams p) {
   }
 
   // The last CTA to arrive sees every count: it builds the tile table.
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) s_last = atomicAdd(p.status + kStatusDone, 1) == int(gridDim.x) - 1;
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();
+  if (!single) {
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicAdd(p.status + kStatusDone, 1) == int(gridDim.x) - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+  }
   int tiles[Cfg::kExpertsPerThread];
 #pragma unroll
   for (int i = 0; i < Cfg::kExpertsPerThread; ++i) {
     const int e = threadIdx.x * Cfg::kExpertsPerThread + i;
-    // L2 read: written by other CTAs' atomics. More than T routes (repeated caller ids) were
-    // dropped above; the GEMM clamps the same way.
-    const int c = e < p.E ? min(__ldcg(p.counts + e), p.T) : 0;
+    // Several CTAs: an L2 read, the counts were written by other CTAs' atomics. More than T
+    // routes (repeated caller ids) were dropped above; the GEMM clamps the same way.
+    int c = 0;
+    if (e < p.E) c = min(single ? s_count[e] : __ldcg(p.counts + e), p.T);
     tiles[i] = (c + p.block_t - 1) / p.block_t * p.n_wblocks;
   }
   int total = 0;

@@ -5,8 +5,7 @@ namespace fusedmoe::detail {
 
 void launch_route_quant(const RouteQuantParams& p, cudaStream_t stream) {
   if (p.T <= 0) return;
-  const int grid = (p.T + kRouteQuantTokensPerCta - 1) / kRouteQuantTokensPerCta;
-  launch_pdl(route_quant_kernel, dim3(grid), dim3(RouteQuantConfig::kThreads), 0, stream, p);
+  launch_pdl(route_quant_kernel, dim3(p.T), dim3(RouteQuantConfig::kThreads), 0, stream, p);
   FMOE_CHECK_LAUNCH("route_quant_kernel", stream);
 }
 

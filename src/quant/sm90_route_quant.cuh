@@ -7,8 +7,10 @@
 //   (fmt::quantize_fp8_per_token_128), which the tests check.
 // Also zeroes what the later stages accumulate into: the expert counts, the status words and, in
 // fast mode, the fp32 output sums: a call needs no initialized workspace.
-// Design: one warp per token, no block-level synchronization; a half-warp owns a 128-column block
-// (16 lanes x 8 bf16), so the block max is four shuffles. Loads are 16 bytes, kBatch in flight.
+// Design: one CTA of four warps per token. Warp 0 routes (a serial chain of k warp-wide argmax
+// steps) while warps 1-3 quantize, so the two latencies overlap; only when the weight goes on the
+// input do all four quantize after the routing. A half-warp owns a 128-column block (16 lanes x
+// 8 bf16), so the block max is four shuffles. Loads are 16 bytes, kBatch in flight per lane.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -22,27 +24,31 @@
 namespace fusedmoe::detail {
 
 struct RouteQuantConfig {
-  static constexpr int kThreads = 32 * kRouteQuantTokensPerCta;
-  static constexpr int kBatch = 4;  // 16-byte loads in flight per lane: 4 KB per warp
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kBatch = 2;  // 16-byte loads in flight per lane
 };
 
-// Quantizes one row of K bf16 (K % 16 == 0) to e4m3 codes and per-128 scales; all lanes call it.
-__device__ __forceinline__ void quantize_row_warp(const __nv_bfloat16* __restrict__ x, int K,
-                                                  float w_in, bool scale_input, uint8_t* __restrict__ q,
-                                                  float* __restrict__ scales, int lane) {
+// Quantizes one row of K bf16 (K % 16 == 0) to e4m3 codes and per-128 scales. `num_warps` warps
+// share the row (this one is `warp` of them). A pass is 32 chunks of 8 columns = two 128-column
+// blocks, one per half-warp; warp w takes passes w, w + num_warps, ...; all its lanes call this.
+__device__ __forceinline__ void quantize_row(const __nv_bfloat16* __restrict__ x, int K, float w_in,
+                                             bool scale_input, uint8_t* __restrict__ q,
+                                             float* __restrict__ scales, int warp, int num_warps,
+                                             int lane) {
   constexpr int kBatch = RouteQuantConfig::kBatch;
   const int chunks = K / 8;  // 16-byte chunks of 8 bf16; 16 chunks make one 128-column block
   const int num_blocks = (K + 127) / 128;
-  for (int c0 = 0; c0 < chunks; c0 += 32 * kBatch) {
+  for (int p0 = warp; 32 * p0 < chunks; p0 += num_warps * kBatch) {
     uint4 raw[kBatch];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      const int c = c0 + 32 * b + lane;
+      const int c = 32 * (p0 + num_warps * b) + lane;
       raw[b] = c < chunks ? __ldg(reinterpret_cast<const uint4*>(x) + c) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      const int c = c0 + 32 * b + lane;
+      const int c = 32 * (p0 + num_warps * b) + lane;
       float f[8];
       const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw[b]);
 #pragma unroll
@@ -74,7 +80,7 @@ __device__ __forceinline__ void quantize_row_warp(const __nv_bfloat16* __restric
         packed[i] = uint32_t(lo) | (uint32_t(hi) << 16);
       }
       if (c < chunks) *reinterpret_cast<uint2*>(q + 8 * c) = make_uint2(packed[0], packed[1]);
-      const int block = (c0 + 32 * b) / 16 + lane / 16;
+      const int block = 2 * (p0 + num_warps * b) + lane / 16;
       if ((lane & 15) == 0 && block < num_blocks) scales[block] = scale;
     }
   }
@@ -82,38 +88,45 @@ __device__ __forceinline__ void quantize_row_warp(const __nv_bfloat16* __restric
 
 __global__ void __launch_bounds__(RouteQuantConfig::kThreads)
 route_quant_kernel(const __grid_constant__ RouteQuantParams p) {
+  __shared__ float s_weight_in;
   // The previous call's kernels may still read the buffers written below.
   cudaGridDependencySynchronize();
   cudaTriggerProgrammaticLaunchCompletion();
-  if (blockIdx.x == 0) {
+  const int t = blockIdx.x;  // one token per CTA
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (t == 0) {
     for (int e = threadIdx.x; e < p.E; e += blockDim.x) p.counts[e] = 0;
     if (threadIdx.x < kStatusWords) p.status[threadIdx.x] = 0;
   }
-  const int lane = threadIdx.x % 32;
-  const int t = blockIdx.x * kRouteQuantTokensPerCta + threadIdx.x / 32;
-  if (t >= p.T) return;
-
-  float w_in = 1.0f;
-  if (!p.routing_given) {
-    const RouteDeviceParams rp{p.E, p.k, p.fn, p.renormalize, p.softcap, p.num_groups,
-                               p.topk_groups, p.bias, p.routed_scaling_factor};
-    int id;
-    float w;
-    route_token_warp(rp, p.logits + int64_t(t) * p.logits_ld, lane, id, w);
-    if (lane < p.k) {
-      p.topk_ids[int64_t(t) * p.k + lane] = id;
-      p.topk_weights[int64_t(t) * p.k + lane] = w;
+  if (p.zero_rows) {  // N % 16 == 0
+    float4* row = reinterpret_cast<float4*>(p.zero_rows + int64_t(t) * p.N);
+    for (int c = threadIdx.x; c < p.N / 4; c += blockDim.x) row[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  const bool on_input = p.weight_on_input != 0;
+  if (warp == 0) {
+    float w = 1.0f;
+    if (!p.routing_given) {
+      const RouteDeviceParams rp{p.E, p.k, p.fn, p.renormalize, p.softcap, p.num_groups,
+                                 p.topk_groups, p.bias, p.routed_scaling_factor};
+      int id;
+      route_token_warp(rp, p.logits + int64_t(t) * p.logits_ld, lane, id, w);
+      if (lane < p.k) {
+        p.topk_ids[int64_t(t) * p.k + lane] = id;
+        p.topk_weights[int64_t(t) * p.k + lane] = w;
+      }
+    } else if (on_input) {
+      w = p.topk_weights[int64_t(t) * p.k];
     }
-    w_in = __shfl_sync(0xffffffffu, w, 0);
-  } else if (p.weight_on_input) {
-    w_in = p.topk_weights[int64_t(t) * p.k];
+    if (on_input && lane == 0) s_weight_in = w;  // top-1: choice 0's weight
   }
-  if (p.zero_rows) {
-    float4* row = reinterpret_cast<float4*>(p.zero_rows + int64_t(t) * p.N);  // N % 16 == 0
-    for (int c = lane; c < p.N / 4; c += 32) row[c] = make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-  quantize_row_warp(p.x + int64_t(t) * p.ldx, p.K, w_in, p.weight_on_input != 0,
-                    p.xq + int64_t(t) * p.K, p.sa + int64_t(t) * p.KB, lane);
+  // With the weight on the input every warp needs the routing first; otherwise warp 0 is done
+  // and the other three quantize meanwhile.
+  if (on_input) __syncthreads();
+  if (!on_input && warp == 0) return;
+  const int first = on_input ? warp : warp - 1;
+  const int num = on_input ? RouteQuantConfig::kWarps : RouteQuantConfig::kWarps - 1;
+  quantize_row(p.x + int64_t(t) * p.ldx, p.K, on_input ? s_weight_in : 1.0f, on_input,
+               p.xq + int64_t(t) * p.K, p.sa + int64_t(t) * p.KB, first, num, lane);
 }
 
 }  // namespace fusedmoe::detail

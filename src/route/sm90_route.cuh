@@ -39,6 +39,43 @@ __device__ __forceinline__ void warp_best(double& v, int& e) {
 
 __device__ __forceinline__ double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 
+// One level of the lane_best tree: candidate i meets candidate i + W (W compile-time, so the
+// arrays stay in registers).
+template <int W>
+__device__ __forceinline__ void tree_level(double* tv, int* te, double* ts) {
+#pragma unroll
+  for (int i = 0; i < W; ++i)
+    if (better(tv[i + W], te[i + W], tv[i], te[i])) {
+      tv[i] = tv[i + W];
+      te[i] = te[i + W];
+      ts[i] = ts[i + W];
+    }
+}
+
+// The best (value, expert, score) of this lane's candidates in `avail`: a 4-level tree, so the
+// dependency chain is 4 comparisons, not 16.
+__device__ __forceinline__ void lane_best(const double (&choice)[kRouteMaxPerLane],
+                                          const double (&score)[kRouteMaxPerLane], uint32_t avail,
+                                          int lane, double& v, int& e, double& s) {
+  double tv[kRouteMaxPerLane], ts[kRouteMaxPerLane];
+  int te[kRouteMaxPerLane];
+#pragma unroll
+  for (int i = 0; i < kRouteMaxPerLane; ++i) {
+    const bool ok = (avail >> i) & 1u;
+    tv[i] = ok ? choice[i] : -INFINITY;
+    te[i] = ok ? lane + 32 * i : (1 << 30);
+    ts[i] = score[i];
+  }
+  static_assert(kRouteMaxPerLane == 16, "the tree below has 4 levels");
+  tree_level<8>(tv, te, ts);
+  tree_level<4>(tv, te, ts);
+  tree_level<2>(tv, te, ts);
+  tree_level<1>(tv, te, ts);
+  v = tv[0];
+  e = te[0];
+  s = ts[0];
+}
+
 }  // namespace route_detail
 
 /// Routes one token. `logits` points at the token's [E] row; every lane of the warp calls this.
@@ -49,108 +86,101 @@ __device__ __forceinline__ void route_token_warp(const RouteDeviceParams& p, con
   using namespace route_detail;
   constexpr int kPer = kRouteMaxPerLane;
   const RoutingFn fn = RoutingFn(p.fn);
-  const bool has_bias = p.bias != nullptr;
   // choice: the value experts are selected on; score: the value the weight is made of.
+  // Candidate i of this lane is expert lane + 32 i; bit i of `avail` says it exists (and, after
+  // group selection, lies in a kept group) and is not taken yet.
   double choice[kPer], score[kPer];
+  uint32_t avail = 0;
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
     const int e = lane + 32 * i;
-    choice[i] = -INFINITY;
-    score[i] = 0.0;
-    if (e < p.E) {
-      const double l = double(__ldg(logits + e));
-      double c = l, s = l;
-      switch (fn) {
-        case RoutingFn::softmax_topk:
-          if (p.softcap > 0.0f) c = double(p.softcap) * tanh(l / double(p.softcap));
-          s = c;
-          break;
-        case RoutingFn::sigmoid_grouped_topk:
-          s = sigmoid(l);
-          c = s + (has_bias ? double(__ldg(p.bias + e)) : 0.0);
-          break;
-        case RoutingFn::sigmoid_top1_on_input:
-          break;
-        case RoutingFn::topk_softmax:
-          c = l + (has_bias ? double(__ldg(p.bias + e)) : 0.0);
-          s = c;
-          break;
-      }
-      choice[i] = isnan(c) ? -INFINITY : c;
-      score[i] = s;
+    const bool exists = e < p.E;
+    const double l = exists ? double(__ldg(logits + e)) : 0.0;
+    choice[i] = l;
+    score[i] = l;
+    avail |= uint32_t(exists) << i;
+  }
+  // One uniform branch per routing function (no per-candidate switch).
+  if (fn == RoutingFn::softmax_topk && p.softcap > 0.0f) {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) choice[i] = score[i] = double(p.softcap) * tanh(choice[i] / double(p.softcap));
+  } else if (fn == RoutingFn::sigmoid_grouped_topk) {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int e = lane + 32 * i;
+      score[i] = sigmoid(choice[i]);
+      choice[i] = score[i] + (p.bias && e < p.E ? double(__ldg(p.bias + e)) : 0.0);
+    }
+  } else if (fn == RoutingFn::topk_softmax && p.bias) {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int e = lane + 32 * i;
+      choice[i] = score[i] = choice[i] + (e < p.E ? double(__ldg(p.bias + e)) : 0.0);
     }
   }
+#pragma unroll
+  for (int i = 0; i < kPer; ++i)
+    if (isnan(choice[i])) choice[i] = -INFINITY;  // NaN ranks last (its weight stays NaN)
 
   // Grouped top-k: keep the topk_groups groups with the best sum of their two best choices.
-  uint32_t allowed_groups = 0xffffffffu;
-  int per_group = p.E;
   if (fn == RoutingFn::sigmoid_grouped_topk && p.num_groups > 1) {
-    per_group = p.E / p.num_groups;
+    const int per_group = p.E / p.num_groups;
+    int gid[kPer];  // group of each candidate: one division each, once
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) gid[i] = (lane + 32 * i) / per_group;
     double gscore = -INFINITY;  // lane g holds group g's score
     for (int g = 0; g < p.num_groups; ++g) {
-      double b1 = -INFINITY, b2 = -INFINITY;
-      int e1 = 1 << 30, e2 = 1 << 30;
+      uint32_t in_g = 0;
 #pragma unroll
-      for (int i = 0; i < kPer; ++i) {
-        const int e = lane + 32 * i;
-        if (e < p.E && e / per_group == g) {
-          if (better(choice[i], e, b1, e1)) {
-            b2 = b1; e2 = e1; b1 = choice[i]; e1 = e;
-          } else if (better(choice[i], e, b2, e2)) {
-            b2 = choice[i]; e2 = e;
-          }
-        }
-      }
-      // Merge the lanes' best pairs: the group's best, then its second best.
-      double v = b1;
+      for (int i = 0; i < kPer; ++i) in_g |= uint32_t(gid[i] == g) << i;
+      in_g &= avail;
+      double v1, s_unused;
+      int e1;
+      lane_best(choice, score, in_g, lane, v1, e1, s_unused);
+      double v = v1;
       int ve = e1;
       warp_best(v, ve);
-      double s = v;
-      if (ve == e1) { b1 = b2; e1 = e2; }  // the lane that held the best offers its second
-      double v2 = b1;
-      int ve2 = e1;
-      warp_best(v2, ve2);
-      if (per_group > 1) s += v2;
-      if (lane == g) gscore = s;
+      double gs = v;
+      if (per_group > 1) {
+        // The lane that held the group's best offers its second best.
+        const uint32_t rest = ve == e1 ? in_g & ~(1u << (e1 >> 5)) : in_g;
+        double v2;
+        int e2;
+        lane_best(choice, score, rest, lane, v2, e2, s_unused);
+        warp_best(v2, e2);
+        gs += v2;
+      }
+      if (lane == g) gscore = gs;
     }
-    allowed_groups = 0;
+    uint32_t kept = 0;
     for (int j = 0; j < p.topk_groups; ++j) {
       double v = -INFINITY;
       int g = 1 << 30;
-      if (lane < p.num_groups && !((allowed_groups >> lane) & 1u)) {
+      if (lane < p.num_groups && !((kept >> lane) & 1u)) {
         v = gscore;
         g = lane;
       }
       warp_best(v, g);
-      allowed_groups |= 1u << g;
+      kept |= 1u << g;
     }
+#pragma unroll
+    for (int i = 0; i < kPer; ++i)
+      if (!((kept >> gid[i]) & 1u)) avail &= ~(1u << i);
   }
 
-  // Top-k by repeated warp argmax; `taken` marks this lane's chosen experts. Lane j keeps
-  // choice j: its id, its choice value and its score.
-  uint32_t taken = 0;
+  // Top-k by repeated warp argmax. Lane j keeps choice j: its id, choice value and score.
   int my_id = -1;
   double my_choice = -INFINITY, my_score = 0.0;
   for (int j = 0; j < p.k; ++j) {
-    double v = -INFINITY, v_score = 0.0;  // this lane's best candidate and its score
-    int e_best = 1 << 30;
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const int e = lane + 32 * i;
-      const bool ok = e < p.E && !((taken >> i) & 1u) && ((allowed_groups >> (e / per_group)) & 1u);
-      if (ok && better(choice[i], e, v, e_best)) {
-        v = choice[i];
-        v_score = score[i];
-        e_best = e;
-      }
-    }
-    const int lane_best = e_best;
+    double v, v_score;
+    int e_best;
+    lane_best(choice, score, avail, lane, v, e_best, v_score);
+    const int lane_candidate = e_best;
     warp_best(v, e_best);
     // The owner lane's own best is the winner: no run-time index into the register arrays.
-    const bool owner = lane_best == e_best;
-    if (owner) taken |= 1u << (e_best >> 5);
-    const double owner_score = owner ? v_score : 0.0;
-    const double s = __shfl_sync(0xffffffffu, owner_score, e_best & 31);
+    const bool owner = lane_candidate == e_best;
+    if (owner) avail &= ~(1u << (e_best >> 5));
+    const double s = __shfl_sync(0xffffffffu, owner ? v_score : 0.0, e_best & 31);
     if (lane == j) {
       my_id = e_best;
       my_choice = v;
