@@ -1,25 +1,31 @@
-// fusedmoe run: one MoE layer forward on seeded random weights and inputs.
-#include <unistd.h>
-
+// fusedmoe run: one MoE layer forward, or with --projection the fused FP8 expert projection
+// alone, on seeded random weights and inputs.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
+#include <memory>
 
 #include "common/parallel.hpp"
 #include "fusedmoe/config.hpp"
 #include "fusedmoe/device.hpp"
 #include "fusedmoe/error.hpp"
 #include "fusedmoe/formats.hpp"
-#include "ref/random.hpp"
 #include "ref/ref.hpp"
 #include "tools/cli.hpp"
+#include "tools/projection_case.hpp"
+
+#if defined(FMOE_HAS_CUDA)
+#include "bench/harness.hpp"
+#include "common/device_buffer.hpp"
+#include "moe/moe_fp8_plan.hpp"
+#endif
 
 namespace fusedmoe::cli {
 
 const char* kRunUsage =
     "usage: fusedmoe run [--preset NAME | --config PATH] [--tokens N] [--seed N]\n"
     "                    [--precision bf16|fp8|nvfp4] [--top-k N] [--backend auto|cpu|gpu]\n"
+    "                    [--projection [--mode fast|deterministic]]\n"
     "\n"
     "One MoE layer forward (routing, gate/up, activation, down, weighted combine, shared expert)\n"
     "on seeded random weights and inputs. On a GPU the kernels run and are checked against the\n"
@@ -31,23 +37,18 @@ const char* kRunUsage =
     "  --seed N          random seed for weights and inputs (default 1)\n"
     "  --precision P     weight precision override: bf16, fp8 (128x128 blocks), nvfp4\n"
     "  --top-k N         override the preset's top-k\n"
-    "  --backend B       auto (GPU when usable), cpu (the reference), gpu (fail without one)\n";
+    "  --backend B       auto (GPU when usable), cpu (the reference), gpu (fail without one)\n"
+    "  --projection      only the routed FP8 expert projection y[T, I] = sum over the top-k of\n"
+    "                    weight * (fp8(x) @ W_e^T), K = hidden, N = intermediate, with random\n"
+    "                    FP8 128x128-block weights: on a GPU the fused pipeline runs, is timed\n"
+    "                    (median of CUDA-graph replays) and checked against the CPU reference\n"
+    "  --mode M          with --projection: fast (fp32 atomics, default) or deterministic\n"
+    "                    (bitwise reproducible)\n";
 
 namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// Order-sensitive 64-bit FNV-1a over the bf16 bits: equal hashes mean bit-identical outputs.
-uint64_t bf16_hash(const std::vector<float>& y) {
-  uint64_t h = 1469598103934665603ull;
-  for (float v : y) {
-    const uint16_t b = fmt::bf16_from_float(v);
-    h = (h ^ (b & 0xFF)) * 1099511628211ull;
-    h = (h ^ (b >> 8)) * 1099511628211ull;
-  }
-  return h;
 }
 
 double layer_weight_bytes(const MoeConfig& c) {
@@ -59,10 +60,176 @@ double layer_weight_bytes(const MoeConfig& c) {
   return (routed + shared) * per_param(c.weight_precision);
 }
 
+// Refuses up front weights that cannot fit in this machine's memory.
+void require_host_memory(const MoeConfig& cfg, double need, const char* what) {
+  const double have = host_memory_bytes();
+  FMOE_REQUIRE(need < 0.7 * have,
+               "%s needs %.1f GB of %s weights on the host, this machine has %.1f GB of memory; "
+               "choose a smaller preset or a --config with fewer experts",
+               cfg.name.c_str(), need / 1e9, what, have / 1e9);
+}
+
+void print_header(const char* title, const MoeConfig& cfg, int T, uint64_t seed) {
+  std::printf("%s\n", title);
+  std::printf("  config   : %s\n", cfg.summary().c_str());
+  std::printf("  tokens   : %d   seed: %llu   host threads: %d\n", T, (unsigned long long)seed,
+              detail::host_threads());
+}
+
+void print_routing(const ref::Routing& r, int E) {
+  const ExpertLoad load = expert_load(r, E);
+  std::printf("  routing  : %d of %d experts hit, at most %d routes on one expert\n", load.hit, E,
+              load.max_routes);
+}
+
+void print_output(int rows, int cols, const std::vector<uint16_t>& bits) {
+  double sum = 0, sum_abs = 0;
+  for (const uint16_t b : bits) {
+    const double v = fmt::bf16_to_float(b);
+    sum += v;
+    sum_abs += std::fabs(v);
+  }
+  std::printf("  output   : [%d, %d] bf16, sum %.6e, sum|y| %.6e, bits hash %016llx\n", rows, cols,
+              sum, sum_abs, (unsigned long long)bf16_hash(bits));
+}
+
+constexpr const char* kNoCheck =
+    "  check    : none needed (the CPU reference is the oracle other backends are checked "
+    "against)\n";
+
+#if defined(FMOE_HAS_CUDA)
+// The projection on the GPU: the output of the first call and of the last CUDA-graph replay.
+struct GpuProjection {
+  std::string device, config;
+  std::vector<uint16_t> y_first, y_last;
+  bench::Stats t;
+  int launches = 0;
+};
+
+struct StreamDeleter {
+  void operator()(CUstream_st* s) const { cudaStreamDestroy(s); }
+};
+
+GpuProjection run_projection_gpu(const ProjectionShape& s, int T, ReductionMode mode,
+                                 const ref::WeightSet& w, const ProjectionInputs& in) {
+  GpuProjection r;
+  cudaDeviceProp prop{};
+  FMOE_CUDA(cudaGetDeviceProperties(&prop, 0));
+  FMOE_CUDA(cudaSetDevice(0));
+  r.device = prop.name;
+  cudaStream_t raw = nullptr;
+  FMOE_CUDA(cudaStreamCreate(&raw));  // blocking: ordered after the legacy-stream uploads
+  const std::unique_ptr<CUstream_st, StreamDeleter> stream(raw);
+
+  const DeviceBuffer d_w = DeviceBuffer::from(w.q), d_scale = DeviceBuffer::from(w.scale);
+  const DeviceBuffer d_x = DeviceBuffer::from(to_bf16_bits(in.x));
+  const DeviceBuffer d_logits = DeviceBuffer::from(in.logits), d_bias = DeviceBuffer::from(in.bias);
+  DeviceBuffer d_y(size_t(T) * s.N * 2);
+  d_y.fill(0xFF);  // NaN: the pipeline must write every output
+  const MoeFp8ProjectionArgs args = projection_args(
+      s, T, mode, {d_x.get(), d_logits.get(), d_bias.get(), d_w.get(), d_scale.get(), d_y.get()});
+  DeviceBuffer ws(moe_fp8_projection_workspace_size(T, s.E, s.k, s.N, s.K, mode));
+  const detail::MoeFp8Plan plan =
+      detail::plan_moe_fp8_projection(args, ws.get(), ws.bytes(), stream.get());
+  r.config = plan.T ? strf("GEMM config %s", detail::gemm_config_info(plan.config).name)
+                    : std::string("no GEMM (T=0: nothing to launch)");
+
+  moe_fp8_projection(args, ws.get(), ws.bytes(), stream.get());
+  wait_or_die(stream.get(), 60, "moe_fp8_projection (first call)");
+  r.y_first = d_y.to_host<uint16_t>();
+  if (T > 0) {
+    constexpr int kPerGraph = 20;
+    r.t = bench::time_graph([&](cudaStream_t st, int) {
+      moe_fp8_projection(args, ws.get(), ws.bytes(), st);
+    }, stream.get(), kPerGraph);
+    r.launches = kPerGraph * r.t.samples;
+  }
+  r.y_last = d_y.to_host<uint16_t>();
+  return r;
+}
+#endif
+
+// `run --projection`: the FP8 expert projection of the model, on the GPU when usable.
+int run_projection(const MoeConfig& cfg, int T, uint64_t seed, const std::string& backend,
+                   const std::string& mode) {
+  const ProjectionShape s = ProjectionShape::of(cfg);
+  std::string why_cpu;
+  const bool have_gpu = gpu_usable(0, &why_cpu);
+  FMOE_REQUIRE(backend != "gpu" || have_gpu, "--backend gpu: %s", why_cpu.c_str());
+  const bool on_gpu = have_gpu && backend != "cpu";
+  if (backend == "cpu") why_cpu = "--backend cpu";
+  require_host_memory(cfg, s.weight_bytes(), "fp8_block");
+
+  print_header("fusedmoe run --projection", cfg, T, seed);
+  std::printf("  op       : y[%d, %d] = sum over top-%d of weight * (fp8(x) @ W_e^T), x [%d, %d] "
+              "bf16, W [%d, %d, %d] e4m3 + 128x128 scales, mode %s\n", T, s.N, s.k, T, s.K, s.E,
+              s.N, s.K, mode.c_str());
+  if (!on_gpu) std::printf("  backend  : cpu-reference (%s)\n", why_cpu.c_str());
+  std::fflush(stdout);
+
+  auto t0 = std::chrono::steady_clock::now();
+  const ref::WeightSet w = random_fp8_weights(s, seed);
+  const ProjectionInputs in = random_projection_inputs(s, T, seed);
+  std::printf("  weights  : %.1f MB e4m3 + scales, %d experts, generated in %.2f s\n",
+              s.weight_bytes() / 1e6, s.E, seconds_since(t0));
+  std::fflush(stdout);
+
+#if defined(FMOE_HAS_CUDA)
+  std::unique_ptr<GpuProjection> gpu;
+  if (on_gpu) {
+    gpu = std::make_unique<GpuProjection>(
+        run_projection_gpu(s, T, parse_reduction_mode(mode), w, in));
+    std::printf("  backend  : gpu: %s, %s\n", gpu->device.c_str(), gpu->config.c_str());
+    if (T > 0)
+      std::printf("  time     : %.2f us median (p10 %.2f, p90 %.2f) per call, CUDA-graph replays; "
+                  "one input set, so small T may read weights from L2 ('fusedmoe bench --op "
+                  "moe_fp8' rotates copies)\n", gpu->t.median_us, gpu->t.p10_us, gpu->t.p90_us);
+    std::fflush(stdout);
+  }
+#endif
+
+  t0 = std::chrono::steady_clock::now();
+  const ref::ProjectionResult want =
+      ref::moe_projection(s.routing, in.x.data(), in.logits.data(), in.bias_or_null(), T, s.k, w);
+  const double t_ref = seconds_since(t0);
+  print_routing(want.routing, s.E);
+  if (!on_gpu) {
+    std::printf("  time     : %.3f s for the CPU reference\n", t_ref);
+    print_output(T, s.N, to_bf16_bits(want.y));
+    std::printf("%s", kNoCheck);
+    return 0;
+  }
+#if defined(FMOE_HAS_CUDA)
+  std::printf("  reference: %.3f s on the CPU\n", t_ref);
+  print_output(T, s.N, gpu->y_first);
+  const ProjectionCheck first = check_projection(gpu->y_first, want.y);
+  const ProjectionCheck last = check_projection(gpu->y_last, want.y);
+  const bool det = mode == "deterministic";
+  const bool replays_ok = det ? gpu->y_last == gpu->y_first : last.ok();
+  const bool pass = first.ok() && replays_ok;
+  std::printf("  check    : max abs err %.3e, max rel err %.3e vs the CPU reference (|got - want| "
+              "<= 0.02|want| + 0.01 max|want|)%s\n", first.max_abs_err, first.max_rel_err,
+              first.ok() ? "" : (": " + describe_failure(first, gpu->y_first, want.y, s.N)).c_str());
+  if (T > 0) {
+    std::string replays = det ? "bit-identical to the first call's" : "within tolerance";
+    if (!replays_ok)
+      replays = det ? "NOT bit-identical to the first call's"
+                    : "outside tolerance: " + describe_failure(last, gpu->y_last, want.y, s.N);
+    std::printf("  replays  : after %d calls in %d CUDA-graph replays, the output is %s\n",
+                gpu->launches, gpu->t.samples, replays.c_str());
+  }
+  std::printf("  result   : %s\n", pass ? "PASS" : "FAIL");
+  return pass ? 0 : 1;
+#else
+  return 0;  // unreachable: on_gpu needs a CUDA build
+#endif
+}
+
 }  // namespace
 
 int cmd_run(const std::vector<std::string>& argv) {
-  Args args(argv, {"preset", "config", "tokens", "seed", "precision", "top-k", "backend"}, {});
+  Args args(argv, {"preset", "config", "tokens", "seed", "precision", "top-k", "backend", "mode"},
+            {"projection"});
   if (args.has("preset") && args.has("config"))
     throw UsageError("give either --preset or --config, not both");
   const int T = int(args.integer("tokens", 128, 0, 1 << 20));
@@ -70,6 +237,12 @@ int cmd_run(const std::vector<std::string>& argv) {
   const std::string backend = args.str("backend", "auto");
   if (backend != "auto" && backend != "cpu" && backend != "gpu")
     throw UsageError(strf("--backend must be auto, cpu or gpu, got \"%s\"", backend.c_str()));
+  const bool projection = args.has("projection");
+  const std::string mode = args.str("mode", "fast");
+  FMOE_REQUIRE(mode == "fast" || mode == "deterministic",
+               "--mode must be fast or deterministic, got \"%s\"", mode.c_str());
+  FMOE_REQUIRE(projection || !args.has("mode"),
+               "--mode applies to --projection only (the whole-layer run has no reduction mode)");
 
   MoeConfig cfg;
   Precision override_p{};
@@ -77,6 +250,9 @@ int cmd_run(const std::vector<std::string>& argv) {
   if (args.has("precision")) {
     override_p = parse_precision(args.str("precision", ""));
     override_ptr = &override_p;
+    FMOE_REQUIRE(!projection || override_p == Precision::fp8_block,
+                 "--projection runs the FP8 pipeline; --precision %s is not supported with it",
+                 precision_name(override_p));
   }
   if (args.has("config")) {
     cfg = config_from_hf_json_file(args.str("config", ""), override_ptr);
@@ -89,6 +265,7 @@ int cmd_run(const std::vector<std::string>& argv) {
   }
   if (args.has("top-k")) cfg.top_k = int(args.integer("top-k", cfg.top_k, -(1 << 30), 1 << 30));
   cfg.validate();
+  if (projection) return run_projection(cfg, T, seed, backend, mode);
 
   // Backend: the whole layer on the GPU arrives with the layer issue; until then the GPU backend
   // is refused rather than faked.
@@ -99,18 +276,10 @@ int cmd_run(const std::vector<std::string>& argv) {
                  have_gpu ? "" : "; also: ", have_gpu ? "" : why_cpu.c_str());
   if (have_gpu) why_cpu = "the full layer has no GPU implementation yet";
 
-  // Refuse up front when the random weights cannot fit in this machine's memory.
   const double need = layer_weight_bytes(cfg);
-  const double have = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
-  FMOE_REQUIRE(need < 0.7 * have,
-               "%s needs %.1f GB of %s weights on the host, this machine has %.1f GB of memory; "
-               "choose a smaller preset or a --config with fewer experts",
-               cfg.name.c_str(), need / 1e9, precision_name(cfg.weight_precision), have / 1e9);
+  require_host_memory(cfg, need, precision_name(cfg.weight_precision));
 
-  std::printf("fusedmoe run\n");
-  std::printf("  config   : %s\n", cfg.summary().c_str());
-  std::printf("  tokens   : %d   seed: %llu   host threads: %d\n", T, (unsigned long long)seed,
-              detail::host_threads());
+  print_header("fusedmoe run", cfg, T, seed);
   std::printf("  backend  : cpu-reference (%s)\n", why_cpu.c_str());
   std::fflush(stdout);
 
@@ -120,34 +289,17 @@ int cmd_run(const std::vector<std::string>& argv) {
               precision_name(cfg.weight_precision), cfg.num_experts, cfg.num_shared_experts,
               seconds_since(t0));
 
-  // Inputs: x ~ U(-1, 1) in bf16; router logits ~ U(-3, 3).
-  const std::vector<float> x = ref::random_bf16(int64_t(T) * cfg.hidden, seed, 0x78, 1.0f);
-  std::vector<float> logits(size_t(T) * cfg.num_experts);
-  ref::fill_uniform(logits.data(), int64_t(logits.size()), seed, 0x6C, 3.0f);
+  // Inputs: x ~ U(-1, 1) in bf16; router logits ~ U(-3, 3) (the projection's streams).
+  const ProjectionInputs in = random_projection_inputs(ProjectionShape::of(cfg), T, seed);
 
   t0 = std::chrono::steady_clock::now();
-  const ref::LayerResult res = ref::moe_layer(lw, x.data(), logits.data(), T);
+  const ref::LayerResult res = ref::moe_layer(lw, in.x.data(), in.logits.data(), T);
   const double t_ref = seconds_since(t0);
 
-  std::vector<int> hits(size_t(cfg.num_experts), 0);
-  for (int id : res.routing.ids) ++hits[size_t(id)];
-  int hit = 0, max_rows = 0;
-  for (int h : hits) {
-    hit += h > 0;
-    max_rows = std::max(max_rows, h);
-  }
-  double sum = 0, sum_abs = 0;
-  for (float v : res.y) {
-    sum += v;
-    sum_abs += std::fabs(v);
-  }
-  std::printf("  routing  : %d of %d experts hit, at most %d routes on one expert\n", hit,
-              cfg.num_experts, max_rows);
+  print_routing(res.routing, cfg.num_experts);
   std::printf("  time     : %.3f s for the CPU reference forward\n", t_ref);
-  std::printf("  output   : [%d, %d] bf16, sum %.6e, sum|y| %.6e, bits hash %016llx\n", T,
-              cfg.hidden, sum, sum_abs, (unsigned long long)bf16_hash(res.y));
-  std::printf("  check    : none needed (the CPU reference is the oracle other backends are "
-              "checked against)\n");
+  print_output(T, cfg.hidden, to_bf16_bits(res.y));
+  std::printf("%s", kNoCheck);
   return 0;
 }
 

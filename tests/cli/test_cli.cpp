@@ -119,3 +119,65 @@ TEST(Cli, SmallRunPrintsSummaryAndIsDeterministic) {
   const Result z = run_cli("run --backend cpu --tokens 0 --config " + cfg);
   EXPECT_EQ(z.code, 0) << z.out;
 }
+
+TEST(Cli, ProjectionRunsOnTheCpuAndPrintsTheBackend) {
+  // auto: the GPU pipeline where one is usable, else the CPU reference; both print the backend.
+  Result r = run_cli("run --projection --tokens 4 --preset qwen3-30b-a3b");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* s : {"fusedmoe run --projection", "backend  : ", "tokens   : 4", "y[4, 768]",
+                        "bits hash"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+  if (!fusedmoe::gpu_usable()) {
+    EXPECT_NE(r.out.find("backend  : cpu-reference ("), std::string::npos) << r.out;
+  }
+
+  // The CPU reference on request, in both modes, is deterministic (same bits hash).
+  r = run_cli("run --projection --backend cpu --tokens 4 --seed 3 --preset qwen3-30b-a3b");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("backend  : cpu-reference (--backend cpu)"), std::string::npos) << r.out;
+  const Result d = run_cli(
+      "run --projection --backend cpu --tokens 4 --seed 3 --mode deterministic --preset qwen3-30b-a3b");
+  ASSERT_EQ(d.code, 0) << d.out;
+  const auto hash = [](const std::string& s) { return s.substr(s.find("bits hash")); };
+  EXPECT_EQ(hash(r.out), hash(d.out));
+
+  r = run_cli("run --projection --backend cpu --tokens 0 --preset qwen3-30b-a3b");
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
+TEST(Cli, ProjectionBadModeAndBackendAreOneLineErrors) {
+  Result r = run_cli("run --projection --mode turbo");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(count_lines(r.out), 1) << r.out;
+  EXPECT_NE(r.out.find("--mode must be fast or deterministic, got \"turbo\""), std::string::npos)
+      << r.out;
+
+  r = run_cli("run --mode fast --tokens 1");  // --mode without --projection
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(count_lines(r.out), 1) << r.out;
+
+  r = run_cli("run --projection --precision nvfp4");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(count_lines(r.out), 1) << r.out;
+
+  if (!fusedmoe::gpu_usable()) {
+    r = run_cli("run --projection --backend gpu --tokens 4");
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_EQ(count_lines(r.out), 1) << r.out;
+    EXPECT_NE(r.out.find("--backend gpu: "), std::string::npos) << r.out;
+  }
+}
+
+TEST(Cli, BenchMoeFp8WithoutGpuFailsClearly) {
+  std::string why;
+  if (fusedmoe::gpu_usable(0, &why)) GTEST_SKIP() << "a GPU is usable here: the benchmark would run";
+  const Result r = run_cli("bench --op moe_fp8 --tokens 1");
+#if defined(FMOE_HAS_CUDA)
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(count_lines(r.out), 1) << r.out;
+  EXPECT_NE(r.out.find("bench needs an sm_90 GPU: " + why), std::string::npos) << r.out;
+#else
+  EXPECT_EQ(r.code, 2) << r.out;  // CPU-only build: no bench command at all
+  EXPECT_NE(r.out.find("unknown command \"bench\""), std::string::npos) << r.out;
+#endif
+}
