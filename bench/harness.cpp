@@ -191,13 +191,13 @@ void set_floor(Row& r, const Ceilings& c, const char* rate) {
 }
 
 void print_header() {
-  std::printf("%-10s %-34s %6s %-22s %9s %9s %9s %8s %8s %9s %7s %s\n", "op", "shape", "T", "config",
+  std::printf("%-20s %-34s %6s %-22s %9s %9s %9s %8s %8s %9s %7s %s\n", "op", "shape", "T", "config",
               "med_us", "p10_us", "p90_us", "TFLOP/s", "GB/s", "floor_us", "xfloor", "note");
 }
 
 void print_row(const Row& r, const Ceilings& c) {
   const double s = r.t.median_us * 1e-6;
-  std::printf("%-10s %-34s %6d %-22s %9.2f %9.2f %9.2f %8.1f %8.0f %9.2f %7.3f %s%s%s\n",
+  std::printf("%-20s %-34s %6d %-22s %9.2f %9.2f %9.2f %8.1f %8.0f %9.2f %7.3f %s%s%s\n",
               r.op.c_str(), r.shape.c_str(), r.tokens, (r.config + (r.mode.empty() ? "" : "/" + r.mode)).c_str(),
               r.t.median_us, r.t.p10_us, r.t.p90_us, s > 0 ? r.flops / s / 1e12 : 0.0,
               s > 0 ? r.bytes / s / 1e9 : 0.0, r.floor_us,

@@ -150,8 +150,15 @@ __device__ void produce(const GemmParams& p, typename Cfg::SharedStorage& ss, in
   int stage = 0;
   uint32_t phase = 0;
   while (it.next(s)) {
-    // This thread copies chunk (tid % 8) of rows tid/8 + 16*j: 128 threads cover 16 rows per pass.
-    // Keep only the token of each row (-1: absent row) to stay within the producer's registers.
+    // Column tid of the tile: its route, token and routing weight (-1: absent column).
+    const bool col_valid = tid < Cfg::BLOCK_T && tid < s.nrows;
+    const int col_route = col_valid ? p.sorted_route[s.row0 + tid] : -1;
+    const int col_token = col_valid ? col_route / p.k : -1;
+    const float* sa_src = p.sa + (col_valid ? int64_t(col_token) * p.KB : 0);
+    const float col_weight = col_valid && !p.weight_on_input ? p.topk_weights[col_route] : 1.0f;
+    // Activation rows by cp.async, 16 bytes a thread: this thread copies chunk (tid % 8) of rows
+    // tid/8 + 16*j (16 rows per pass). NOTE: one TMA box per row (Hopper's TMA has no row gather)
+    // was measured slower on H100 at BLOCK_T=128 (T=2048: 189 vs 146 us for the GEMM).
     const int chunk = tid % 8;
     int token[Cfg::kChunksPerThread];
 #pragma unroll
@@ -159,10 +166,6 @@ __device__ void produce(const GemmParams& p, typename Cfg::SharedStorage& ss, in
       const int row = tid / 8 + 16 * j;
       token[j] = (row < Cfg::BLOCK_T && row < s.nrows) ? p.sorted_route[s.row0 + row] / p.k : -1;
     }
-    const bool col_valid = tid < Cfg::BLOCK_T && tid < s.nrows;
-    const int col_route = col_valid ? p.sorted_route[s.row0 + tid] : -1;
-    const float* sa_src = p.sa + (col_valid ? int64_t(col_route / p.k) * p.KB : 0);
-    const float col_weight = col_valid && !p.weight_on_input ? p.topk_weights[col_route] : 1.0f;
     const int n0 = s.wb * Cfg::BLOCK_W;
     const float* sb_src = p.w_scale + (int64_t(s.e) * p.NB + n0 / 128) * p.KB;
     const int w_row = s.e * p.N + n0;

@@ -7,9 +7,11 @@
 //   (fmt::quantize_fp8_per_token_128), which the tests check.
 // Also zeroes what the later stages accumulate into: the expert counts, the status words and, in
 // fast mode, the fp32 output sums: a call needs no initialized workspace.
-// Design: one CTA of four warps per token. Warp 0 routes (a serial chain of k warp-wide argmax
-// steps) while warps 1-3 quantize, so the two latencies overlap; only when the weight goes on the
-// input do all four quantize after the routing. A half-warp owns a 128-column block (16 lanes x
+// Design: four warps per token, kTokensPerCta tokens per CTA. The token's first warp routes (a
+// serial chain of k warp-wide argmax steps) while its other three quantize, so the two latencies
+// overlap; only when the weight goes on the input do all four quantize after the routing. Several
+// tokens per CTA keep the CTA count low at decode sizes, leaving SMs free for the GEMM's CTAs,
+// which launch early (PDL) and prefetch weights while this runs. A half-warp owns a 128-column block (16 lanes x
 // 8 bf16), so the block max is four shuffles. Loads are 16 bytes, kBatch in flight per lane.
 #pragma once
 
@@ -24,8 +26,9 @@
 namespace fusedmoe::detail {
 
 struct RouteQuantConfig {
-  static constexpr int kWarps = 4;
-  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kWarpsPerToken = 4;
+  static constexpr int kTokensPerCta = 4;
+  static constexpr int kThreads = 32 * kWarpsPerToken * kTokensPerCta;
   static constexpr int kBatch = 2;  // 16-byte loads in flight per lane
 };
 
@@ -86,30 +89,36 @@ __device__ __forceinline__ void quantize_row(const __nv_bfloat16* __restrict__ x
   }
 }
 
+// V: the selection arithmetic (float when exact, see sm90_route.cuh); kPer: experts per lane.
+template <typename V, int kPer>
 __global__ void __launch_bounds__(RouteQuantConfig::kThreads)
 route_quant_kernel(const __grid_constant__ RouteQuantParams p) {
-  __shared__ float s_weight_in;
+  using Cfg = RouteQuantConfig;
+  __shared__ float s_weight_in[Cfg::kTokensPerCta];
   // The previous call's kernels may still read the buffers written below.
   cudaGridDependencySynchronize();
   cudaTriggerProgrammaticLaunchCompletion();
-  const int t = blockIdx.x;  // one token per CTA
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (t == 0) {
+  const int slot = warp / Cfg::kWarpsPerToken, role = warp % Cfg::kWarpsPerToken;
+  const int t = blockIdx.x * Cfg::kTokensPerCta + slot;
+  const bool valid = t < p.T;
+  if (blockIdx.x == 0) {
     for (int e = threadIdx.x; e < p.E; e += blockDim.x) p.counts[e] = 0;
     if (threadIdx.x < kStatusWords) p.status[threadIdx.x] = 0;
   }
-  if (p.zero_rows) {  // N % 16 == 0
+  if (valid && p.zero_rows) {  // N % 16 == 0
     float4* row = reinterpret_cast<float4*>(p.zero_rows + int64_t(t) * p.N);
-    for (int c = threadIdx.x; c < p.N / 4; c += blockDim.x) row[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int c = role * 32 + lane; c < p.N / 4; c += 32 * Cfg::kWarpsPerToken)
+      row[c] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
-  const bool on_input = p.weight_on_input != 0;
-  if (warp == 0) {
+  const bool on_input = p.weight_on_input != 0;  // uniform: the barrier below is too
+  if (valid && role == 0) {
     float w = 1.0f;
     if (!p.routing_given) {
       const RouteDeviceParams rp{p.E, p.k, p.fn, p.renormalize, p.softcap, p.num_groups,
                                  p.topk_groups, p.bias, p.routed_scaling_factor};
       int id;
-      route_token_warp(rp, p.logits + int64_t(t) * p.logits_ld, lane, id, w);
+      route_token_warp<V, kPer>(rp, p.logits + int64_t(t) * p.logits_ld, lane, id, w);
       if (lane < p.k) {
         p.topk_ids[int64_t(t) * p.k + lane] = id;
         p.topk_weights[int64_t(t) * p.k + lane] = w;
@@ -117,15 +126,15 @@ route_quant_kernel(const __grid_constant__ RouteQuantParams p) {
     } else if (on_input) {
       w = p.topk_weights[int64_t(t) * p.k];
     }
-    if (on_input && lane == 0) s_weight_in = w;  // top-1: choice 0's weight
+    if (on_input && lane == 0) s_weight_in[slot] = w;  // top-1: choice 0's weight
   }
-  // With the weight on the input every warp needs the routing first; otherwise warp 0 is done
-  // and the other three quantize meanwhile.
+  // With the weight on the input every warp needs the routing first; otherwise the routing warp
+  // is done and the token's other three warps quantize meanwhile.
   if (on_input) __syncthreads();
-  if (!on_input && warp == 0) return;
-  const int first = on_input ? warp : warp - 1;
-  const int num = on_input ? RouteQuantConfig::kWarps : RouteQuantConfig::kWarps - 1;
-  quantize_row(p.x + int64_t(t) * p.ldx, p.K, on_input ? s_weight_in : 1.0f, on_input,
+  if (!valid || (!on_input && role == 0)) return;
+  const int first = on_input ? role : role - 1;
+  const int num = on_input ? Cfg::kWarpsPerToken : Cfg::kWarpsPerToken - 1;
+  quantize_row(p.x + int64_t(t) * p.ldx, p.K, on_input ? s_weight_in[slot] : 1.0f, on_input,
                p.xq + int64_t(t) * p.K, p.sa + int64_t(t) * p.KB, first, num, lane);
 }
 

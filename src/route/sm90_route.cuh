@@ -3,9 +3,11 @@
 //
 // Contract: ids best first, ties (and NaN, ranked as -inf) go to the lower expert id, so the ids
 // equal the reference's on any input whose choice scores are distinct; weights carry the
-// routed_scaling_factor. The arithmetic runs in double, as the reference's does: a bias added to a
-// sigmoid score breaks monotonicity, and float rounding could otherwise swap two close experts.
-// Lane l holds experts l, l + 32, ... (coalesced loads; E <= 32 * kMaxPerLane).
+// routed_scaling_factor. Selection runs on V = float when the selection values are the fp32
+// logits themselves (softmax without softcapping, Llama 4 top-1, gpt-oss without bias: exact),
+// else on V = double, as the reference does: a bias added to a sigmoid score breaks monotonicity,
+// and float rounding could otherwise swap two close experts. Weights are always formed in double.
+// Lane l holds experts l, l + 32, ... (coalesced loads; E <= 32 * kPer).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,15 +22,17 @@ namespace fusedmoe::detail {
 namespace route_detail {
 
 // (value, expert) ordered by value, then by the lower expert; NaN never reaches here.
-__device__ __forceinline__ bool better(double v, int e, double bv, int be) {
+template <typename V>
+__device__ __forceinline__ bool better(V v, int e, V bv, int be) {
   return v > bv || (v == bv && e < be);
 }
 
 // Warp-wide best (value, expert) of the lanes' candidates; every lane gets the result.
-__device__ __forceinline__ void warp_best(double& v, int& e) {
+template <typename V>
+__device__ __forceinline__ void warp_best(V& v, int& e) {
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) {
-    const double ov = __shfl_xor_sync(0xffffffffu, v, off);
+    const V ov = __shfl_xor_sync(0xffffffffu, v, off);
     const int oe = __shfl_xor_sync(0xffffffffu, e, off);
     if (better(ov, oe, v, e)) {
       v = ov;
@@ -41,8 +45,8 @@ __device__ __forceinline__ double sigmoid(double x) { return 1.0 / (1.0 + exp(-x
 
 // One level of the lane_best tree: candidate i meets candidate i + W (W compile-time, so the
 // arrays stay in registers).
-template <int W>
-__device__ __forceinline__ void tree_level(double* tv, int* te, double* ts) {
+template <int W, typename V>
+__device__ __forceinline__ void tree_level(V* tv, int* te, V* ts) {
 #pragma unroll
   for (int i = 0; i < W; ++i)
     if (better(tv[i + W], te[i + W], tv[i], te[i])) {
@@ -52,22 +56,22 @@ __device__ __forceinline__ void tree_level(double* tv, int* te, double* ts) {
     }
 }
 
-// The best (value, expert, score) of this lane's candidates in `avail`: a 4-level tree, so the
-// dependency chain is 4 comparisons, not 16.
-__device__ __forceinline__ void lane_best(const double (&choice)[kRouteMaxPerLane],
-                                          const double (&score)[kRouteMaxPerLane], uint32_t avail,
-                                          int lane, double& v, int& e, double& s) {
-  double tv[kRouteMaxPerLane], ts[kRouteMaxPerLane];
-  int te[kRouteMaxPerLane];
+// The best (value, expert, score) of this lane's candidates in `avail`: a log2(kPer)-level tree,
+// so the dependency chain is 3-4 comparisons, not 8-16.
+template <typename V, int kPer>
+__device__ __forceinline__ void lane_best(const V (&choice)[kPer], const V (&score)[kPer],
+                                          uint32_t avail, int lane, V& v, int& e, V& s) {
+  V tv[kPer], ts[kPer];
+  int te[kPer];
 #pragma unroll
-  for (int i = 0; i < kRouteMaxPerLane; ++i) {
+  for (int i = 0; i < kPer; ++i) {
     const bool ok = (avail >> i) & 1u;
-    tv[i] = ok ? choice[i] : -INFINITY;
+    tv[i] = ok ? choice[i] : V(-INFINITY);
     te[i] = ok ? lane + 32 * i : (1 << 30);
     ts[i] = score[i];
   }
-  static_assert(kRouteMaxPerLane == 16, "the tree below has 4 levels");
-  tree_level<8>(tv, te, ts);
+  static_assert(kPer == 8 || kPer == 16, "the tree below has 3 or 4 levels");
+  if constexpr (kPer == 16) tree_level<8>(tv, te, ts);
   tree_level<4>(tv, te, ts);
   tree_level<2>(tv, te, ts);
   tree_level<1>(tv, te, ts);
@@ -81,21 +85,21 @@ __device__ __forceinline__ void lane_best(const double (&choice)[kRouteMaxPerLan
 /// Routes one token. `logits` points at the token's [E] row; every lane of the warp calls this.
 /// Lane j < k ends with ids_out/weights_out of choice j (lane-distributed results: the caller
 /// stores them, or broadcasts with __shfl_sync).
+template <typename V, int kPer>
 __device__ __forceinline__ void route_token_warp(const RouteDeviceParams& p, const float* logits,
                                                  int lane, int& id_out, float& weight_out) {
   using namespace route_detail;
-  constexpr int kPer = kRouteMaxPerLane;
   const RoutingFn fn = RoutingFn(p.fn);
   // choice: the value experts are selected on; score: the value the weight is made of.
   // Candidate i of this lane is expert lane + 32 i; bit i of `avail` says it exists (and, after
   // group selection, lies in a kept group) and is not taken yet.
-  double choice[kPer], score[kPer];
+  V choice[kPer], score[kPer];
   uint32_t avail = 0;
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
     const int e = lane + 32 * i;
     const bool exists = e < p.E;
-    const double l = exists ? double(__ldg(logits + e)) : 0.0;
+    const V l = exists ? V(__ldg(logits + e)) : V(0);
     choice[i] = l;
     score[i] = l;
     avail |= uint32_t(exists) << i;
@@ -103,24 +107,24 @@ __device__ __forceinline__ void route_token_warp(const RouteDeviceParams& p, con
   // One uniform branch per routing function (no per-candidate switch).
   if (fn == RoutingFn::softmax_topk && p.softcap > 0.0f) {
 #pragma unroll
-    for (int i = 0; i < kPer; ++i) choice[i] = score[i] = double(p.softcap) * tanh(choice[i] / double(p.softcap));
+    for (int i = 0; i < kPer; ++i) choice[i] = score[i] = V(double(p.softcap) * tanh(double(choice[i]) / double(p.softcap)));
   } else if (fn == RoutingFn::sigmoid_grouped_topk) {
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const int e = lane + 32 * i;
-      score[i] = sigmoid(choice[i]);
-      choice[i] = score[i] + (p.bias && e < p.E ? double(__ldg(p.bias + e)) : 0.0);
+      score[i] = V(sigmoid(double(choice[i])));
+      choice[i] = V(double(score[i]) + (p.bias && e < p.E ? double(__ldg(p.bias + e)) : 0.0));
     }
   } else if (fn == RoutingFn::topk_softmax && p.bias) {
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const int e = lane + 32 * i;
-      choice[i] = score[i] = choice[i] + (e < p.E ? double(__ldg(p.bias + e)) : 0.0);
+      choice[i] = score[i] = V(double(choice[i]) + (e < p.E ? double(__ldg(p.bias + e)) : 0.0));
     }
   }
 #pragma unroll
   for (int i = 0; i < kPer; ++i)
-    if (isnan(choice[i])) choice[i] = -INFINITY;  // NaN ranks last (its weight stays NaN)
+    if (isnan(choice[i])) choice[i] = V(-INFINITY);  // NaN ranks last (its weight stays NaN)
 
   // Grouped top-k: keep the topk_groups groups with the best sum of their two best choices.
   if (fn == RoutingFn::sigmoid_grouped_topk && p.num_groups > 1) {
@@ -128,23 +132,23 @@ __device__ __forceinline__ void route_token_warp(const RouteDeviceParams& p, con
     int gid[kPer];  // group of each candidate: one division each, once
 #pragma unroll
     for (int i = 0; i < kPer; ++i) gid[i] = (lane + 32 * i) / per_group;
-    double gscore = -INFINITY;  // lane g holds group g's score
+    V gscore = V(-INFINITY);  // lane g holds group g's score
     for (int g = 0; g < p.num_groups; ++g) {
       uint32_t in_g = 0;
 #pragma unroll
       for (int i = 0; i < kPer; ++i) in_g |= uint32_t(gid[i] == g) << i;
       in_g &= avail;
-      double v1, s_unused;
+      V v1, s_unused;
       int e1;
       lane_best(choice, score, in_g, lane, v1, e1, s_unused);
-      double v = v1;
+      V v = v1;
       int ve = e1;
       warp_best(v, ve);
-      double gs = v;
+      V gs = v;
       if (per_group > 1) {
         // The lane that held the group's best offers its second best.
         const uint32_t rest = ve == e1 ? in_g & ~(1u << (e1 >> 5)) : in_g;
-        double v2;
+        V v2;
         int e2;
         lane_best(choice, score, rest, lane, v2, e2, s_unused);
         warp_best(v2, e2);
@@ -154,7 +158,7 @@ __device__ __forceinline__ void route_token_warp(const RouteDeviceParams& p, con
     }
     uint32_t kept = 0;
     for (int j = 0; j < p.topk_groups; ++j) {
-      double v = -INFINITY;
+      V v = V(-INFINITY);
       int g = 1 << 30;
       if (lane < p.num_groups && !((kept >> lane) & 1u)) {
         v = gscore;
@@ -172,7 +176,7 @@ __device__ __forceinline__ void route_token_warp(const RouteDeviceParams& p, con
   int my_id = -1;
   double my_choice = -INFINITY, my_score = 0.0;
   for (int j = 0; j < p.k; ++j) {
-    double v, v_score;
+    V v, v_score;
     int e_best;
     lane_best(choice, score, avail, lane, v, e_best, v_score);
     const int lane_candidate = e_best;
@@ -180,11 +184,11 @@ __device__ __forceinline__ void route_token_warp(const RouteDeviceParams& p, con
     // The owner lane's own best is the winner: no run-time index into the register arrays.
     const bool owner = lane_candidate == e_best;
     if (owner) avail &= ~(1u << (e_best >> 5));
-    const double s = __shfl_sync(0xffffffffu, owner ? v_score : 0.0, e_best & 31);
+    const V s = __shfl_sync(0xffffffffu, owner ? v_score : V(0), e_best & 31);
     if (lane == j) {
       my_id = e_best;
-      my_choice = v;
-      my_score = s;
+      my_choice = double(v);
+      my_score = double(s);
     }
   }
 
@@ -200,7 +204,7 @@ __device__ __forceinline__ void route_token_warp(const RouteDeviceParams& p, con
       } else {
 #pragma unroll
         for (int i = 0; i < kPer; ++i)
-          if (lane + 32 * i < p.E) total += exp(score[i] - mx);  // a NaN logit poisons the sum
+          if (lane + 32 * i < p.E) total += exp(double(score[i]) - mx);  // NaN logits poison it
       }
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
