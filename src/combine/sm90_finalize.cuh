@@ -39,7 +39,10 @@ finalize_kernel(const __grid_constant__ FinalizeParams p) {
     for (int j = 0; j < kCols; ++j) v[j] = 0.0f;
     for (int j = 0; j < p.k; ++j) {
       const int64_t route = int64_t(t) * p.k + j;
-      if (p.route_slot[route] < 0) continue;  // dropped (bad expert id): contributes nothing
+      // A dropped route (bad expert id, or a repeated one past its expert's T slots) has no row.
+      if (p.route_slot ? p.route_slot[route] < 0
+                       : (p.topk_ids[route] < 0 || p.topk_ids[route] >= p.E))
+        continue;
       const float4* src = reinterpret_cast<const float4*>(p.acc + route * p.N + c);
       const float4 a = __ldcs(src), b = __ldcs(src + 1);
       v[0] += a.x; v[1] += a.y; v[2] += a.z; v[3] += a.w;

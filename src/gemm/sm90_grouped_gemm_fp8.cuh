@@ -16,6 +16,7 @@
 // schedule (PDL), the producer prefetches into L2 the weights it will most likely stream first.
 #pragma once
 
+#include <cub/block/block_scan.cuh>
 #include <cuda/ptx>
 #include <cuda_runtime.h>
 
@@ -40,6 +41,9 @@ struct GemmConfig {
   static constexpr int kChunksPerThread = (kChunks + 127) / 128;
   static constexpr int kProducerRegs = 56, kConsumerRegs = 224;
   static constexpr int kMaxExperts = 512;  // the schedule copy in shared memory
+  // Decode sizes (BLOCK_T <= 64) can build the schedule inside the kernel from up to this many
+  // routes (their ids staged in shared memory): no separate schedule kernel, one launch fewer.
+  static constexpr int kFusedRoutes = kBlockT <= 64 ? kMaxFusedRoutes : 0;
   static constexpr uint32_t kWBytes = BLOCK_W * BLOCK_K;
 
   struct alignas(1024) Stage {
@@ -56,6 +60,10 @@ struct GemmConfig {
     Stage stages[kStages];
     int32_t tile_offsets[kMaxExperts + 1];  // the schedule, copied once per CTA: the tile walk's
     int32_t counts[kMaxExperts];            // binary search then runs on shared memory
+    int32_t ids[kFusedRoutes > 0 ? kFusedRoutes : 1];  // fused schedule: every route's expert
+    int32_t col_list[BLOCK_T];              // fused schedule: the producer's current columns
+    int32_t warp_count[4];                  // fused schedule: matches per producer warp
+    typename cub::BlockScan<int, kThreads>::TempStorage scan;
     uint64_t full[kStages];   // producer -> consumers: TMA bytes + 128 cp.async arrivals
     uint64_t empty[kStages];  // consumers -> producer: one arrival per consumer warp
   };
@@ -99,7 +107,7 @@ struct WorkIter {
   __device__ WorkIter(const GemmParams& params, const typename Cfg::SharedStorage& ss, int cta,
                       int ctas)
       : p(params), tile_offsets(ss.tile_offsets), counts(ss.counts) {
-    const int64_t tiles = tile_offsets[p.E];
+    const int64_t tiles = static_tiles() + tile_offsets[p.E];
     rr_tiles = round_robin_tiles<Cfg>(tiles, ctas);
     tile_rr = cta;
     stride = ctas;
@@ -108,7 +116,19 @@ struct WorkIter {
     unit_end = rr_tiles * p.KB + tail_units * (cta + 1) / ctas;
   }
 
+  // Static tile numbering (decode with nearly every expert hit): tiles [0, E * NWB) are (e, wb)
+  // with the first token tile of every expert, empty or not, so the numbering is known before
+  // the schedule exists (the L2 prefetch guesses right); empty ones are skipped when walked. The
+  // schedule's table then lists only the further token tiles of experts with > BLOCK_T routes.
+  __device__ int64_t static_tiles() const { return p.static_tiles ? int64_t(p.E) * p.NWB : 0; }
+
   __device__ bool next(Segment& s) {
+    while (next_any(s))
+      if (s.nrows > 0) return true;  // skip the static tiles of empty experts
+    return false;
+  }
+
+  __device__ bool next_any(Segment& s) {
     int64_t tile;
     if (tile_rr < rr_tiles) {
       tile = tile_rr;
@@ -123,6 +143,17 @@ struct WorkIter {
       s.kb1 = left < p.KB - s.kb0 ? s.kb0 + int(left) : p.KB;
       unit += s.kb1 - s.kb0;
     }
+    const bool fused = Cfg::kFusedRoutes > 0 && p.fused_schedule;
+    if (tile < static_tiles()) {
+      s.e = int(tile / p.NWB);
+      s.wb = int(tile % p.NWB);
+      s.tb = 0;
+      const int count = fused ? counts[s.e] : min(counts[s.e], p.T);
+      s.row0 = s.e * p.T;
+      s.nrows = min(Cfg::BLOCK_T, count);
+      return true;
+    }
+    tile -= static_tiles();
     // Expert of the tile: the last e with tile_offsets[e] <= tile (empty experts repeat offsets).
     int lo = 0, hi = p.E;  // invariant: tile_offsets[lo] <= tile < tile_offsets[hi]
     while (hi - lo > 1) {
@@ -131,15 +162,47 @@ struct WorkIter {
     }
     s.e = lo;
     const int local = int(tile - tile_offsets[lo]);
-    const int count = min(counts[lo], p.T);  // > T only with dropped repeated ids
-    const int token_tiles = (count + Cfg::BLOCK_T - 1) / Cfg::BLOCK_T;
+    // Schedule kernel: > T only with repeated caller ids, whose routes past T it dropped.
+    const int count = fused ? counts[lo] : min(counts[lo], p.T);
+    const int first_tb = p.static_tiles ? 1 : 0;  // static: token tile 0 is in the static part
+    const int token_tiles = (count + Cfg::BLOCK_T - 1) / Cfg::BLOCK_T - first_tb;
     s.wb = local / token_tiles;  // token tiles innermost: consecutive tiles share a weight block
-    s.tb = local % token_tiles;
+    s.tb = first_tb + local % token_tiles;
     s.row0 = lo * p.T + s.tb * Cfg::BLOCK_T;
     s.nrows = min(Cfg::BLOCK_T, count - s.tb * Cfg::BLOCK_T);
     return true;
   }
 };
+
+// Fused schedule: the routes of tile s's columns are expert s.e's routes in ascending route order,
+// ranks [tb * BLOCK_T, tb * BLOCK_T + nrows): every CTA derives the same order from the ids alone,
+// so token tiles of one expert split its routes consistently without any slot table. The 128
+// producer threads rank 128 ids per step (ballot + per-warp counts; named barrier 1).
+template <class Cfg>
+__device__ void build_columns(const GemmParams& p, typename Cfg::SharedStorage& ss, const Segment& s,
+                              int tid) {
+  const int warp = tid / 32, lane = tid % 32;
+  const int first = s.tb * Cfg::BLOCK_T, last = first + s.nrows;
+  int base = 0;
+  for (int i0 = 0; i0 < p.R && base < last; i0 += 128) {
+    const int i = i0 + tid;
+    const bool match = i < p.R && ss.ids[i] == s.e;
+    const uint32_t ballot = __ballot_sync(0xffffffffu, match);
+    if (lane == 0) ss.warp_count[warp] = __popc(ballot);
+    asm volatile("bar.sync 1, 128;\n" ::: "memory");  // producer warpgroup only
+    int before = base, total = base;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const int c = ss.warp_count[w];
+      before += w < warp ? c : 0;
+      total += c;
+    }
+    const int rank = before + __popc(ballot & ((1u << lane) - 1u));
+    if (match && rank >= first && rank < last) ss.col_list[rank - first] = i;
+    base = total;
+    asm volatile("bar.sync 1, 128;\n" ::: "memory");  // warp_count is rewritten next step
+  }
+}
 
 // ---- producer: one warpgroup; thread 0 issues the TMA, all 128 gather activation rows -----------
 template <class Cfg>
@@ -150,9 +213,13 @@ __device__ void produce(const GemmParams& p, typename Cfg::SharedStorage& ss, in
   int stage = 0;
   uint32_t phase = 0;
   while (it.next(s)) {
+    const bool fused = Cfg::kFusedRoutes > 0 && p.fused_schedule;  // compiled out for BLOCK_T 128
+    if (fused) build_columns<Cfg>(p, ss, s, tid);
+    // Column c of the tile: its route (fused: from the list just built; else the schedule's slot).
+    auto route_of = [&](int c) { return fused ? ss.col_list[c] : p.sorted_route[s.row0 + c]; };
     // Column tid of the tile: its route, token and routing weight (-1: absent column).
     const bool col_valid = tid < Cfg::BLOCK_T && tid < s.nrows;
-    const int col_route = col_valid ? p.sorted_route[s.row0 + tid] : -1;
+    const int col_route = col_valid ? route_of(tid) : -1;
     const int col_token = col_valid ? col_route / p.k : -1;
     const float* sa_src = p.sa + (col_valid ? int64_t(col_token) * p.KB : 0);
     const float col_weight = col_valid && !p.weight_on_input ? p.topk_weights[col_route] : 1.0f;
@@ -164,7 +231,7 @@ __device__ void produce(const GemmParams& p, typename Cfg::SharedStorage& ss, in
 #pragma unroll
     for (int j = 0; j < Cfg::kChunksPerThread; ++j) {
       const int row = tid / 8 + 16 * j;
-      token[j] = (row < Cfg::BLOCK_T && row < s.nrows) ? p.sorted_route[s.row0 + row] / p.k : -1;
+      token[j] = (row < Cfg::BLOCK_T && row < s.nrows) ? route_of(row) / p.k : -1;
     }
     const int n0 = s.wb * Cfg::BLOCK_W;
     const float* sb_src = p.w_scale + (int64_t(s.e) * p.NB + n0 / 128) * p.KB;
@@ -328,6 +395,38 @@ __device__ void prefetch_expected_weights(const GemmParams& p) {
   }
 }
 
+// Fused schedule, all threads of the CTA: stage the ids, count routes per expert (an id outside
+// [0, E) is dropped and counted once, by CTA 0), and scan the tile counts. Same tile table as the
+// schedule kernel's, from the same ids, in every CTA.
+template <class Cfg>
+__device__ void build_schedule(const GemmParams& p, typename Cfg::SharedStorage& ss) {
+  for (int e = threadIdx.x; e < p.E; e += Cfg::kThreads) ss.counts[e] = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < p.R; i += Cfg::kThreads) {
+    const int e = p.topk_ids[i];
+    ss.ids[i] = e;
+    if (e >= 0 && e < p.E) atomicAdd(&ss.counts[e], 1);
+    else if (blockIdx.x == 0) atomicAdd(p.status + kStatusDropped, 1);
+  }
+  __syncthreads();
+  constexpr int kPer = (Cfg::kMaxExperts + Cfg::kThreads - 1) / Cfg::kThreads;
+  int tiles[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = threadIdx.x * kPer + i;
+    const int token_tiles = (ss.counts[e < p.E ? e : 0] + Cfg::BLOCK_T - 1) / Cfg::BLOCK_T;
+    tiles[i] = e < p.E ? max(token_tiles - (p.static_tiles ? 1 : 0), 0) * p.NWB : 0;
+  }
+  int total = 0;
+  cub::BlockScan<int, Cfg::kThreads>(ss.scan).ExclusiveSum(tiles, tiles, total);
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = threadIdx.x * kPer + i;
+    if (e < p.E) ss.tile_offsets[e] = tiles[i];
+  }
+  if (threadIdx.x == 0) ss.tile_offsets[p.E] = total;
+}
+
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) grouped_gemm_fp8_kernel(const __grid_constant__ GemmParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -350,9 +449,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) grouped_gemm_fp8_kernel(cons
   // Everything above overlapped the previous kernels; the schedule they wrote is read below.
   cudaGridDependencySynchronize();
   cudaTriggerProgrammaticLaunchCompletion();
-  for (int e = threadIdx.x; e <= p.E; e += Cfg::kThreads) {
-    ss.tile_offsets[e] = p.tile_offsets[e];
-    if (e < p.E) ss.counts[e] = p.counts[e];
+  if (Cfg::kFusedRoutes > 0 && p.fused_schedule) {
+    build_schedule<Cfg>(p, ss);
+  } else {
+    for (int e = threadIdx.x; e <= p.E; e += Cfg::kThreads) {
+      ss.tile_offsets[e] = p.tile_offsets[e];
+      if (e < p.E) ss.counts[e] = p.counts[e];
+    }
   }
   __syncthreads();
   if (wg == 0) {

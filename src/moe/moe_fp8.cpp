@@ -405,11 +405,32 @@ MoeFp8Plan plan_moe_fp8_projection(const MoeFp8ProjectionArgs& a, void* workspac
   gp.NB = NB;
   gp.NWB = NB;
   gp.weight_on_input = on_input;
+  // Decode sizes: the GEMM builds the schedule from the ids itself (no schedule kernel, one launch
+  // and one dependency wait fewer). FMOE_FUSED_SCHEDULE=0 forces the schedule kernel (tests).
+  const char* fused_env = std::getenv("FMOE_FUSED_SCHEDULE");
+  const bool allow_fused = !(fused_env && fused_env[0] == '0');
+  // Up to 512 routes: each producer's per-tile scan of the ids is <= 4 steps (measured on H100:
+  // T=1 13.3 -> 11.9 us, T=32 73.0 -> 70.5 us; at 1024 routes, T=128, it cost 2 us instead).
+  plan.fused_schedule = allow_fused && info.block_t <= 64 && int64_t(T) * k <= kFusedScheduleRoutes;
+  gp.fused_schedule = plan.fused_schedule;
+  gp.topk_ids = ids;
+  gp.R = T * k;
+  gp.status = ws.status;
   // L2 prefetch of the expected first weights while routing runs: worth it when nearly every
   // expert is hit (then the guessed tile table is right), e.g. Qwen3.5 at T=128: 98% hit.
   const double hit = 1.0 - std::pow(1.0 - double(k) / E, double(T));
   // 14 units of 16 KB per CTA: 30 MB over 132 SMs, most of the L2, i.e. ~10 us of the stream.
-  gp.prefetch_units = (hit > 0.9 && double(T) * k / E <= info.block_t / 2.0) ? 14 : 0;
+  // With nearly every expert hit and one token tile each, the GEMM numbers its tiles statically
+  // (every expert's first token tile, empty ones skipped), so its CTAs know their first weight
+  // tiles before the routing exists. An L2 prefetch of those tiles while routing runs
+  // (FMOE_PREFETCH_UNITS=n) was measured on H100 at T=128 and gave nothing end to end (106.6 us
+  // without, 107.7 with 14 units, 108.8 with 28) and slowed the GEMM alone (95.0 -> 98.5 us), so
+  // it is off; the static numbering costs nothing and is where a shared-memory prefill would go.
+  const bool decode_static = hit > 0.9 && double(T) * k / E <= info.block_t / 2.0;
+  gp.static_tiles = decode_static;
+  plan.schedule.static_tiles = decode_static;
+  gp.prefetch_units = 0;
+  if (const char* v = std::getenv("FMOE_PREFETCH_UNITS"); v && *v) gp.prefetch_units = std::atoi(v);
 
   FinalizeParams& fp = plan.finalize;
   fp.deterministic = det;
@@ -417,7 +438,9 @@ MoeFp8Plan plan_moe_fp8_projection(const MoeFp8ProjectionArgs& a, void* workspac
   fp.N = N;
   fp.k = k;
   fp.acc = ws.acc;
-  fp.route_slot = ws.route_slot;
+  fp.route_slot = plan.fused_schedule ? nullptr : ws.route_slot;
+  fp.topk_ids = ids;
+  fp.E = E;
   fp.y = static_cast<__nv_bfloat16*>(a.y.data);
   fp.ldy = a.y.stride[0];
   return plan;
@@ -437,7 +460,9 @@ void run_moe_fp8_stage(const MoeFp8Plan& plan, MoeFp8Stage stage, cudaStream_t s
   if (plan.T == 0) return;
   switch (stage) {
     case MoeFp8Stage::route_quant: return launch_route_quant(plan.route_quant, stream);
-    case MoeFp8Stage::schedule: return launch_schedule(plan.schedule, stream);
+    case MoeFp8Stage::schedule:
+      if (plan.fused_schedule) return;  // the GEMM builds it
+      return launch_schedule(plan.schedule, stream);
     case MoeFp8Stage::gemm: return launch_grouped_gemm_fp8(plan.config, plan.gemm, plan.num_sms, stream);
     case MoeFp8Stage::finalize: return launch_finalize(plan.finalize, stream);
   }

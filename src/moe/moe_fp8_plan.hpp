@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "common/cuda_check.hpp"
@@ -74,6 +75,7 @@ struct ScheduleParams {
   int T, k, E;
   int block_t;              // GEMM token-tile width: tiles of expert e = ceil(counts[e]/block_t) * NWB
   int n_wblocks;            // NWB = ceil(N / 128)
+  int static_tiles;         // the GEMM numbers every expert's first token tile statically
   int32_t* counts;          // [E], zero on entry
   int32_t* tile_offsets;    // [E + 1]
   int32_t* sorted_route;    // [E * T]
@@ -99,7 +101,19 @@ struct GemmParams {
   int T, E, k, N, K, KB, NB, NWB;
   int weight_on_input;            // epilogue multiplies by 1
   int prefetch_units;             // L2 prefetch of the weights expected first (0: off)
+  int static_tiles;               // tiles [0, E*NWB): (e, wb, tb 0) for every expert (see WorkIter)
+  // Fused schedule (decode): the kernel builds counts and tiles from the ids itself and takes the
+  // routes of each tile in ascending route order; counts/tile_offsets/sorted_route are unused.
+  int fused_schedule;
+  const int32_t* topk_ids;        // [R] (fused schedule)
+  int R;
+  int32_t* status;                // [kStatusWords] (fused schedule: dropped ids)
 };
+
+/// Routes up to which a BLOCK_T <= 64 config can fuse the schedule into the GEMM (ids in smem),
+/// and up to which the host chooses to (moe_fp8.cpp says why).
+constexpr int kMaxFusedRoutes = 4096;
+constexpr int kFusedScheduleRoutes = 512;
 
 enum class GemmConfigId : int {
 #define FMOE_GG(name, bt, stages, det) name,
@@ -129,7 +143,10 @@ struct FinalizeParams {
   int deterministic;
   int T, N, k;
   const float* acc;           // fast: [T, N]; deterministic: [T * k, N] by route
-  const int32_t* route_slot;  // deterministic: [T * k], -1 for a dropped route
+  const int32_t* route_slot;  // deterministic: [T * k], -1 for a dropped route; nullptr: the
+                              // GEMM fused the schedule, a route is dropped iff its id is bad
+  const int32_t* topk_ids;    // deterministic with route_slot == nullptr: [T * k]
+  int E;
   __nv_bfloat16* y;           // [T, N]
   int64_t ldy;                // elements
 };
@@ -141,6 +158,7 @@ void launch_finalize(const FinalizeParams& p, cudaStream_t stream);
 /// schedule expects counts and status zeroed, as stage 1 leaves them).
 struct MoeFp8Plan {
   int T = 0;                       // 0: nothing to launch
+  bool fused_schedule = false;     // the GEMM builds the schedule: the schedule stage is a no-op
   GemmConfigId config = GemmConfigId::count;
   std::string config_reason;
   int num_sms = 0;
@@ -172,7 +190,11 @@ void launch_pdl(Kernel kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t 
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  static const bool no_pdl = [] {  // FMOE_NO_PDL=1: plain serialization (debugging, A/B timing)
+    const char* v = std::getenv("FMOE_NO_PDL");
+    return v && v[0] == '1';
+  }();
+  cfg.numAttrs = no_pdl ? 0 : 1;
   FMOE_CUDA(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
 

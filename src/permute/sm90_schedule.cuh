@@ -5,6 +5,8 @@
 //   sorted_route[e*T + i]         the route id (t*k + j) of expert e's i-th slot, i < counts[e]
 //   route_slot[r]                 the slot of route r
 //   tile_offsets[e]               exclusive prefix over experts of ceil(counts[e]/BT) * NWB
+//                                 (static_tiles: of (ceil(counts[e]/BT) - 1) * NWB, the tiles
+//                                 beyond each expert's first, which the GEMM numbers statically)
 // The order of slots inside an expert is unspecified (it never changes a result: every output
 // column of the GEMM is computed on its own). Design: each CTA ranks its routes with shared-memory
 // atomics, then takes one global atomic per (CTA, expert) for its base; the last CTA to finish
@@ -110,7 +112,8 @@ schedule_kernel(const __grid_constant__ ScheduleParams p) {
     // routes (repeated caller ids) were dropped above; the GEMM clamps the same way.
     int c = 0;
     if (e < p.E) c = min(single ? s_count[e] : __ldcg(p.counts + e), p.T);
-    tiles[i] = (c + p.block_t - 1) / p.block_t * p.n_wblocks;
+    // Static tile numbering (the GEMM's decode walk): token tile 0 of every expert is implicit.
+    tiles[i] = max((c + p.block_t - 1) / p.block_t - (p.static_tiles ? 1 : 0), 0) * p.n_wblocks;
   }
   int total = 0;
   BlockScan(s_scan).ExclusiveSum(tiles, tiles, total);

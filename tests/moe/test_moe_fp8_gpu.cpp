@@ -154,6 +154,23 @@ TEST(MoeFp8Gpu, EveryCompiledConfigRuns) {
   unsetenv("FMOE_FORCE_CONFIG");
 }
 
+TEST(MoeFp8Gpu, ScheduleKernelPathAtDecodeSizes) {
+  // Decode sizes normally fuse the schedule into the GEMM; the schedule kernel path must give
+  // the same results there too (it is the path of every larger T).
+  FMOE_SKIP_WITHOUT_GPU();
+  setenv("FMOE_FUSED_SCHEDULE", "0", 1);
+  for (ReductionMode m : kModes) {
+    run_and_check(base(128, 256, 8, 512, 2048, m), 1);
+    Problem hot = base(300, 128, 8, 256, 512, m);
+    hot.route = RouteKind::hot;
+    run_and_check(hot, 1);
+    Problem given = base(50, 32, 4, 128, 256, m);
+    given.route = RouteKind::given;
+    run_and_check(given, 1);
+  }
+  unsetenv("FMOE_FUSED_SCHEDULE");
+}
+
 TEST(MoeFp8Gpu, DeterministicModeIsBitwiseReproducible) {
   FMOE_SKIP_WITHOUT_GPU();
   for (int T : {128, 1000}) {
