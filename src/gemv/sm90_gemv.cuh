@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include "common/cuda_check.hpp"
+#include "common/launch.hpp"
 #include "gemv/gemv_launch.hpp"
 
 namespace fusedmoe::detail {
@@ -767,22 +768,6 @@ __global__ void __launch_bounds__(GemvConfigInfo::kGenericThreads)
 // ================================================================================================
 // Launchers: the caller's stream, PDL when asked, launch checked.
 // ================================================================================================
-namespace gemv {
-template <class Kernel>
-void launch(Kernel kernel, dim3 grid, int threads, size_t smem, const GemvParams& p, cudaStream_t stream) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(unsigned(threads));
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = p.pdl ? 1 : 0;
-  FMOE_CUDA(cudaLaunchKernelEx(&cfg, kernel, p));
-}
-}  // namespace gemv
 
 template <class Cfg>
 void launch_gemv_nvfp4(const GemvParams& p, size_t smem_bytes, cudaStream_t stream) {
@@ -791,7 +776,7 @@ void launch_gemv_nvfp4(const GemvParams& p, size_t smem_bytes, cudaStream_t stre
   FMOE_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes)));
   const int rows_y = Cfg::kGrouped ? (p.T + p.tokens_per_cta - 1) / p.tokens_per_cta : p.L;
   const dim3 grid(unsigned((p.M + Cfg::BLOCK_M - 1) / Cfg::BLOCK_M), unsigned(rows_y));
-  gemv::launch(kernel, grid, Cfg::kThreads, smem_bytes, p, stream);
+  launch_kernel(kernel, grid, dim3(unsigned(Cfg::kThreads)), smem_bytes, stream, p.pdl != 0, p);
   FMOE_CHECK_LAUNCH("gemv_nvfp4_kernel", stream);
 }
 
@@ -800,7 +785,7 @@ void launch_gemv_generic(const GemvParams& p, cudaStream_t stream) {
   constexpr int kRowsPerCta = GemvConfigInfo::kGenericThreads / 32;
   const dim3 grid(unsigned((p.M + kRowsPerCta - 1) / kRowsPerCta),
                   unsigned(kMode == GemvMode::grouped ? p.T : p.L));
-  gemv::launch(gemv_generic_kernel<kMode>, grid, GemvConfigInfo::kGenericThreads, 0, p, stream);
+  launch_kernel(gemv_generic_kernel<kMode>, grid, dim3(unsigned(GemvConfigInfo::kGenericThreads)), 0, stream, p.pdl != 0, p);
   FMOE_CHECK_LAUNCH("gemv_generic_kernel", stream);
 }
 

@@ -15,10 +15,10 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "common/cuda_check.hpp"
+#include "common/launch.hpp"
 #include "fusedmoe/moe.hpp"
 #include "route/route.hpp"
 
@@ -175,27 +175,5 @@ MoeFp8Plan plan_moe_fp8_projection(const MoeFp8ProjectionArgs& args, void* works
 enum class MoeFp8Stage { route_quant, schedule, gemm, finalize };
 const char* moe_fp8_stage_name(MoeFp8Stage s);
 void run_moe_fp8_stage(const MoeFp8Plan& plan, MoeFp8Stage stage, cudaStream_t stream);
-
-/// cudaLaunchKernelEx with programmatic stream serialization: the kernel may start while the
-/// previous one drains; it calls griddepcontrol.wait before touching that kernel's outputs.
-template <class Kernel, class... Args>
-void launch_pdl(Kernel kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                Args... args) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  static const bool no_pdl = [] {  // FMOE_NO_PDL=1: plain serialization (debugging, A/B timing)
-    const char* v = std::getenv("FMOE_NO_PDL");
-    return v && v[0] == '1';
-  }();
-  cfg.numAttrs = no_pdl ? 0 : 1;
-  FMOE_CUDA(cudaLaunchKernelEx(&cfg, kernel, args...));
-}
 
 }  // namespace fusedmoe::detail
