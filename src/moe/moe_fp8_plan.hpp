@@ -67,6 +67,8 @@ struct RouteQuantParams {
   int32_t* counts;             // [E] zeroed here
   int32_t* status;             // [kStatusWords] zeroed here
 };
+/// From this many tokens, two warps per token instead of four (throughput over latency).
+constexpr int kRouteQuantWideFromTokens = 1024;
 void launch_route_quant(const RouteQuantParams& p, cudaStream_t stream);
 
 // ---- stage 2: counts + slots + GEMM tile table (src/permute) -------------------------------------

@@ -1,6 +1,8 @@
 // Launcher of stage 1 (route + quantize); the only TU that includes its kernel.
 #include "quant/sm90_route_quant.cuh"
 
+#include <type_traits>
+
 namespace fusedmoe::detail {
 
 void launch_route_quant(const RouteQuantParams& p, cudaStream_t stream) {
@@ -12,10 +14,17 @@ void launch_route_quant(const RouteQuantParams& p, cudaStream_t stream) {
                            fn == RoutingFn::sigmoid_top1_on_input ||
                            (fn == RoutingFn::topk_softmax && p.bias == nullptr);
   const bool narrow = p.E <= 32 * 8;
-  auto kernel = exact_float ? (narrow ? route_quant_kernel<float, 8> : route_quant_kernel<float, 16>)
-                            : (narrow ? route_quant_kernel<double, 8> : route_quant_kernel<double, 16>);
-  const int grid = (p.T + RouteQuantConfig::kTokensPerCta - 1) / RouteQuantConfig::kTokensPerCta;
-  launch_pdl(kernel, dim3(grid), dim3(RouteQuantConfig::kThreads), 0, stream, p);
+  // Large T: 2 warps per token (more tokens in flight); decode: 4 (lower latency per token).
+  auto pick = [&](auto wpt) {
+    constexpr int W = decltype(wpt)::value;
+    auto kernel = exact_float ? (narrow ? route_quant_kernel<float, 8, W> : route_quant_kernel<float, 16, W>)
+                              : (narrow ? route_quant_kernel<double, 8, W> : route_quant_kernel<double, 16, W>);
+    using Cfg = RouteQuantConfig<W>;
+    const int grid = (p.T + Cfg::kTokensPerCta - 1) / Cfg::kTokensPerCta;
+    launch_pdl(kernel, dim3(grid), dim3(Cfg::kThreads), 0, stream, p);
+  };
+  if (p.T >= kRouteQuantWideFromTokens) pick(std::integral_constant<int, 2>{});
+  else pick(std::integral_constant<int, 4>{});
   FMOE_CHECK_LAUNCH("route_quant_kernel", stream);
 }
 

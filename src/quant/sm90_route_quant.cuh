@@ -25,11 +25,14 @@
 
 namespace fusedmoe::detail {
 
+// kWarpsPerToken: 4 at decode sizes (routing latency overlapped by three quantizing warps);
+// 2 for large T, where tokens in flight per SM matter more than each token's latency (the
+// registers allow 1024 threads per SM: 16 tokens of 2 warps instead of 8 of 4).
+template <int kWarpsPerToken_>
 struct RouteQuantConfig {
-  static constexpr int kWarpsPerToken = 4;
-  static constexpr int kTokensPerCta = 4;
-  static constexpr int kThreads = 32 * kWarpsPerToken * kTokensPerCta;
-  static constexpr int kBatch = 2;  // 16-byte loads in flight per lane
+  static constexpr int kWarpsPerToken = kWarpsPerToken_;
+  static constexpr int kThreads = 512;
+  static constexpr int kTokensPerCta = kThreads / (32 * kWarpsPerToken);
 };
 
 // Quantizes one row of K bf16 (K % 16 == 0) to e4m3 codes and per-128 scales. `num_warps` warps
@@ -39,7 +42,7 @@ __device__ __forceinline__ void quantize_row(const __nv_bfloat16* __restrict__ x
                                              bool scale_input, uint8_t* __restrict__ q,
                                              float* __restrict__ scales, int warp, int num_warps,
                                              int lane) {
-  constexpr int kBatch = RouteQuantConfig::kBatch;
+  constexpr int kBatch = 2;  // 16-byte loads in flight per lane
   const int chunks = K / 8;  // 16-byte chunks of 8 bf16; 16 chunks make one 128-column block
   const int num_blocks = (K + 127) / 128;
   for (int p0 = warp; 32 * p0 < chunks; p0 += num_warps * kBatch) {
@@ -90,10 +93,10 @@ __device__ __forceinline__ void quantize_row(const __nv_bfloat16* __restrict__ x
 }
 
 // V: the selection arithmetic (float when exact, see sm90_route.cuh); kPer: experts per lane.
-template <typename V, int kPer>
-__global__ void __launch_bounds__(RouteQuantConfig::kThreads)
+template <typename V, int kPer, int kWarpsPerToken>
+__global__ void __launch_bounds__(RouteQuantConfig<kWarpsPerToken>::kThreads)
 route_quant_kernel(const __grid_constant__ RouteQuantParams p) {
-  using Cfg = RouteQuantConfig;
+  using Cfg = RouteQuantConfig<kWarpsPerToken>;
   __shared__ float s_weight_in[Cfg::kTokensPerCta];
   // The previous call's kernels may still read the buffers written below.
   cudaGridDependencySynchronize();

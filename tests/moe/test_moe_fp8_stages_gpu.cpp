@@ -25,7 +25,9 @@ std::vector<T> copy_back(const T* dev, size_t n) {
 TEST(MoeFp8Stages, RouteQuantMatchesHostQuantizerBitForBit) {
   FMOE_SKIP_WITHOUT_GPU();
   struct S { int T, E, k, K; };
-  for (const S s : {S{1, 8, 2, 128}, S{37, 256, 8, 2048}, S{130, 128, 4, 2880}, S{9, 16, 1, 48}})
+  // T >= 1024 takes the two-warps-per-token launch shape.
+  for (const S s : {S{1, 8, 2, 128}, S{37, 256, 8, 2048}, S{130, 128, 4, 2880}, S{9, 16, 1, 48},
+                    S{1100, 64, 4, 384}, S{1030, 16, 1, 272}})
     for (uint64_t seed : seeds_for(hash_ints({s.T, s.E, s.k, s.K}))) {
       Problem pb;
       pb.T = s.T;
