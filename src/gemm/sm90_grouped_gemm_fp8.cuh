@@ -120,7 +120,7 @@ struct WorkIter {
   // with the first token tile of every expert, empty or not, so the numbering is known before
   // the schedule exists (the L2 prefetch guesses right); empty ones are skipped when walked. The
   // schedule's table then lists only the further token tiles of experts with > BLOCK_T routes.
-  __device__ int64_t static_tiles() const { return p.static_tiles ? int64_t(p.E) * p.NWB : 0; }
+  __device__ int64_t static_tiles() const { return p.static_tiles ? int64_t(p.E) * p.NB : 0; }
 
   __device__ bool next(Segment& s) {
     while (next_any(s))
@@ -145,8 +145,8 @@ struct WorkIter {
     }
     const bool fused = Cfg::kFusedRoutes > 0 && p.fused_schedule;
     if (tile < static_tiles()) {
-      s.e = int(tile / p.NWB);
-      s.wb = int(tile % p.NWB);
+      s.e = int(tile / p.NB);
+      s.wb = int(tile % p.NB);
       s.tb = 0;
       const int count = fused ? counts[s.e] : min(counts[s.e], p.T);
       s.row0 = s.e * p.T;
@@ -371,13 +371,12 @@ __device__ void consume(const GemmParams& p, typename Cfg::SharedStorage& ss, in
   }
 }
 
-// L2 prefetch of the weights this CTA will most likely stream first, issued before the schedule
-// exists. The guess assumes what decode at moderate T looks like (every expert hit, one token
-// tile each): then the tile table is E x NWB tiles and this CTA's first units are known. A wrong
-// guess only costs the prefetched bytes; the host enables it only when most experts are hit.
+// L2 prefetch of the weights this CTA will stream first, issued before the schedule exists: with
+// static tile numbering the first tiles are known. Off unless FMOE_PREFETCH_UNITS is set: measured
+// on H100 at T=128 it gave nothing end to end and slowed the GEMM alone (docs/performance.md).
 template <class Cfg>
 __device__ void prefetch_expected_weights(const GemmParams& p) {
-  const int64_t tiles = int64_t(p.E) * p.NWB;
+  const int64_t tiles = int64_t(p.E) * p.NB;
   // The same walk as WorkIter on the guessed table: a first whole tile, or a stream-K share.
   const int64_t rr = round_robin_tiles<Cfg>(tiles, gridDim.x);
   const int64_t tail_units = (tiles - rr) * p.KB;
@@ -388,7 +387,7 @@ __device__ void prefetch_expected_weights(const GemmParams& p) {
     const int64_t tile = unit / p.KB;
     if (tile >= tiles) break;
     const int kb = int(unit % p.KB);
-    const int e = int(tile / p.NWB), wb = int(tile % p.NWB);
+    const int e = int(tile / p.NB), wb = int(tile % p.NB);
     const int32_t k_coord = kb * Cfg::BLOCK_K, row_coord = e * p.N + wb * Cfg::BLOCK_W;
     asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n"
                  ::"l"(&p.w_desc), "r"(k_coord), "r"(row_coord) : "memory");
@@ -415,7 +414,7 @@ __device__ void build_schedule(const GemmParams& p, typename Cfg::SharedStorage&
   for (int i = 0; i < kPer; ++i) {
     const int e = threadIdx.x * kPer + i;
     const int token_tiles = (ss.counts[e < p.E ? e : 0] + Cfg::BLOCK_T - 1) / Cfg::BLOCK_T;
-    tiles[i] = e < p.E ? max(token_tiles - (p.static_tiles ? 1 : 0), 0) * p.NWB : 0;
+    tiles[i] = e < p.E ? max(token_tiles - (p.static_tiles ? 1 : 0), 0) * p.NB : 0;
   }
   int total = 0;
   cub::BlockScan<int, Cfg::kThreads>(ss.scan).ExclusiveSum(tiles, tiles, total);

@@ -403,7 +403,6 @@ MoeFp8Plan plan_moe_fp8_projection(const MoeFp8ProjectionArgs& a, void* workspac
   gp.K = K;
   gp.KB = KB;
   gp.NB = NB;
-  gp.NWB = NB;
   gp.weight_on_input = on_input;
   // Decode sizes: the GEMM builds the schedule from the ids itself (no schedule kernel, one launch
   // and one dependency wait fewer). FMOE_FUSED_SCHEDULE=0 forces the schedule kernel (tests).
@@ -416,10 +415,7 @@ MoeFp8Plan plan_moe_fp8_projection(const MoeFp8ProjectionArgs& a, void* workspac
   gp.topk_ids = ids;
   gp.R = T * k;
   gp.status = ws.status;
-  // L2 prefetch of the expected first weights while routing runs: worth it when nearly every
-  // expert is hit (then the guessed tile table is right), e.g. Qwen3.5 at T=128: 98% hit.
-  const double hit = 1.0 - std::pow(1.0 - double(k) / E, double(T));
-  // 14 units of 16 KB per CTA: 30 MB over 132 SMs, most of the L2, i.e. ~10 us of the stream.
+  const double hit = 1.0 - std::pow(1.0 - double(k) / E, double(T));  // P(an expert is hit)
   // With nearly every expert hit and one token tile each, the GEMM numbers its tiles statically
   // (every expert's first token tile, empty ones skipped), so its CTAs know their first weight
   // tiles before the routing exists. An L2 prefetch of those tiles while routing runs
@@ -429,8 +425,11 @@ MoeFp8Plan plan_moe_fp8_projection(const MoeFp8ProjectionArgs& a, void* workspac
   const bool decode_static = hit > 0.9 && double(T) * k / E <= info.block_t / 2.0;
   gp.static_tiles = decode_static;
   plan.schedule.static_tiles = decode_static;
-  gp.prefetch_units = 0;
-  if (const char* v = std::getenv("FMOE_PREFETCH_UNITS"); v && *v) gp.prefetch_units = std::atoi(v);
+  static const int prefetch_units = [] {  // read once: the call path stays free of getenv
+    const char* v = std::getenv("FMOE_PREFETCH_UNITS");
+    return v && *v ? std::atoi(v) : 0;
+  }();
+  gp.prefetch_units = prefetch_units;
 
   FinalizeParams& fp = plan.finalize;
   fp.deterministic = det;

@@ -100,7 +100,7 @@ struct GemmParams {
   const int32_t* sorted_route;    // [E * T]
   const float* topk_weights;      // [T * k] by route id
   float* out;                     // fast: [T, N] sums; deterministic: [T * k, N] rows by route
-  int T, E, k, N, K, KB, NB, NWB;
+  int T, E, k, N, K, KB, NB;     // NB = ceil(N/128): weight blocks, also the tiles per token tile
   int weight_on_input;            // epilogue multiplies by 1
   int prefetch_units;             // L2 prefetch of the weights expected first (0: off)
   int static_tiles;               // tiles [0, E*NWB): (e, wb, tb 0) for every expert (see WorkIter)
