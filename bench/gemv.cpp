@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/env.hpp"
 #include "bench/registry.hpp"
 #include "common/cuda_check.hpp"
 #include "common/device_buffer.hpp"
@@ -55,11 +56,8 @@ std::string pct_note(const Row& r) {
   return strf("%.1f%% of copy bw", r.floor_us > 0 ? 100.0 * r.floor_us / r.t.median_us : 0.0);
 }
 
-struct ConfigScope {  // FMOE_FORCE_CONFIG for the duration of one measurement
-  explicit ConfigScope(const std::string& name) {
-    if (!name.empty()) setenv("FMOE_FORCE_CONFIG", name.c_str(), 1);
-  }
-  ~ConfigScope() { unsetenv("FMOE_FORCE_CONFIG"); }
+struct ConfigScope : detail::ScopedKnob<std::string> {  // a forced config for one measurement
+  explicit ConfigScope(const std::string& name) : ScopedKnob(&detail::Knobs::force_config, name) {}
 };
 
 // The configs to time: the automatic choice ("") and, with --configs all, every other one of

@@ -1,6 +1,6 @@
 #include "common/cuda_check.hpp"
 
-#include <cstdlib>
+#include "common/env.hpp"
 
 namespace fusedmoe::detail {
 
@@ -9,11 +9,7 @@ void check_launch(const char* kernel, cudaStream_t stream, const char* file, int
   if (err != cudaSuccess)
     raise(file, line, strf("launch of %s failed: %s (%s)", kernel, cudaGetErrorName(err),
                            cudaGetErrorString(err)));
-  static const bool debug_sync = [] {
-    const char* v = std::getenv("FMOE_DEBUG_SYNC");
-    return v && v[0] == '1';
-  }();
-  if (!debug_sync) return;
+  if (!knobs().debug_sync) return;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   cudaStreamIsCapturing(stream, &capture);
   if (capture != cudaStreamCaptureStatusNone) return;

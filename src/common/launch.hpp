@@ -3,9 +3,9 @@
 
 #include <cuda_runtime_api.h>
 
-#include <cstdlib>
 
 #include "common/cuda_check.hpp"
+#include "common/env.hpp"
 
 namespace fusedmoe::detail {
 
@@ -16,10 +16,7 @@ namespace fusedmoe::detail {
 template <class Kernel, class... Args>
 void launch_kernel(Kernel kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
                    Args... args) {
-  static const bool no_pdl = [] {
-    const char* v = std::getenv("FMOE_NO_PDL");
-    return v && v[0] == '1';
-  }();
+  const bool no_pdl = knobs().no_pdl;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;

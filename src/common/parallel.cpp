@@ -1,5 +1,7 @@
 #include "common/parallel.hpp"
 
+#include "common/env.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -11,10 +13,7 @@
 namespace fusedmoe::detail {
 
 int host_threads() {
-  if (const char* env = std::getenv("FMOE_THREADS")) {
-    const int n = std::atoi(env);
-    if (n > 0) return n;
-  }
+  if (const int n = knobs().threads; n > 0) return n;
   return std::max(1u, std::thread::hardware_concurrency());
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/cuda_check.hpp"
+#include "common/env.hpp"
 #include "fusedmoe/error.hpp"
 #include "fusedmoe/gemv.hpp"
 #include "gemv/gemv_launch.hpp"
@@ -325,11 +326,7 @@ std::string a_fast_why_not(const GemvParams& p) {
 }
 
 void print_choice(const char* op, const detail::GemvChoice& ch) {
-  static const bool print = [] {
-    const char* v = std::getenv("FMOE_PRINT_CONFIG");
-    return v && v[0] == '1';
-  }();
-  if (print)
+  if (detail::knobs().print_config)
     std::fprintf(stderr, "fusedmoe %s: config %s (%s)\n", op, detail::gemv_config_info(ch.id).name,
                  ch.reason.c_str());
 }
@@ -347,7 +344,7 @@ detail::GemvChoice choose(Prepared& pr) {
   const DeviceLimits lim = device_limits(pr.op, pr.device);
   pr.prob.num_sms = lim.sms;
   pr.prob.smem_optin = lim.smem_optin;
-  const detail::GemvChoice ch = detail::select_gemv_config(pr.prob, std::getenv("FMOE_FORCE_CONFIG"));
+  const detail::GemvChoice ch = detail::select_gemv_config(pr.prob, detail::knobs().force_config.c_str());
   pr.p.tokens_per_cta = ch.tokens_per_cta;
   return ch;
 }

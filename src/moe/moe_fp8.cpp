@@ -8,6 +8,7 @@
 #include <mutex>
 #include <vector>
 
+#include "common/env.hpp"
 #include "common/tensor_check.hpp"
 #include "common/tma.hpp"
 #include "fusedmoe/device.hpp"
@@ -179,7 +180,8 @@ GemmConfigId select_gemm_config(int T, int k, int E, int N, int K, ReductionMode
     FMOE_REQUIRE(false, "%s: no compiled GEMM config with BLOCK_T=%d (%s)", kOp, block_t,
                  reduction_mode_name(mode));
   };
-  if (const char* forced = std::getenv("FMOE_FORCE_CONFIG"); forced && *forced) {
+  if (const std::string& force = knobs().force_config; !force.empty()) {
+    const char* forced = force.c_str();
     const GemmConfigId id = gemm_config_by_name(forced);
     FMOE_REQUIRE(id != GemmConfigId::count, "FMOE_FORCE_CONFIG=%s names no grouped GEMM config",
                  forced);
@@ -334,11 +336,7 @@ MoeFp8Plan plan_moe_fp8_projection(const MoeFp8ProjectionArgs& a, void* workspac
   std::string& reason = plan.config_reason;
   const GemmConfigId cfg = plan.config = select_gemm_config(T, k, E, N, K, a.mode, &reason);
   const GemmConfigInfo info = gemm_config_info(cfg);
-  static const bool print_config = [] {
-    const char* v = std::getenv("FMOE_PRINT_CONFIG");
-    return v && v[0] == '1';
-  }();
-  if (print_config)
+  if (knobs().print_config)
     std::fprintf(stderr, "[fusedmoe] %s T=%d E=%d k=%d N=%d K=%d %s: config %s (%s)\n", kOp, T, E,
                  k, N, K, reduction_mode_name(a.mode), info.name, reason.c_str());
 
@@ -406,8 +404,7 @@ MoeFp8Plan plan_moe_fp8_projection(const MoeFp8ProjectionArgs& a, void* workspac
   gp.weight_on_input = on_input;
   // Decode sizes: the GEMM builds the schedule from the ids itself (no schedule kernel, one launch
   // and one dependency wait fewer). FMOE_FUSED_SCHEDULE=0 forces the schedule kernel (tests).
-  const char* fused_env = std::getenv("FMOE_FUSED_SCHEDULE");
-  const bool allow_fused = !(fused_env && fused_env[0] == '0');
+  const bool allow_fused = knobs().fused_schedule;
   // Up to 512 routes: each producer's per-tile scan of the ids is <= 4 steps (measured on H100:
   // T=1 13.3 -> 11.9 us, T=32 73.0 -> 70.5 us; at 1024 routes, T=128, it cost 2 us instead).
   plan.fused_schedule = allow_fused && info.block_t <= 64 && int64_t(T) * k <= kFusedScheduleRoutes;
@@ -425,11 +422,7 @@ MoeFp8Plan plan_moe_fp8_projection(const MoeFp8ProjectionArgs& a, void* workspac
   const bool decode_static = hit > 0.9 && double(T) * k / E <= info.block_t / 2.0;
   gp.static_tiles = decode_static;
   plan.schedule.static_tiles = decode_static;
-  static const int prefetch_units = [] {  // read once: the call path stays free of getenv
-    const char* v = std::getenv("FMOE_PREFETCH_UNITS");
-    return v && *v ? std::atoi(v) : 0;
-  }();
-  gp.prefetch_units = prefetch_units;
+  gp.prefetch_units = knobs().prefetch_units;
 
   FinalizeParams& fp = plan.finalize;
   fp.deterministic = det;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/env.hpp"
 #include "common/device_buffer.hpp"
 #include "fusedmoe/formats.hpp"
 #include "fusedmoe/gemv.hpp"
@@ -22,7 +23,7 @@ using namespace fusedmoe;
 namespace {
 
 // Print every config choice (stderr), so the logs say which kernel each case ran.
-[[maybe_unused]] const int kPrintConfig = (setenv("FMOE_PRINT_CONFIG", "1", 0), 0);
+[[maybe_unused]] const int kPrintConfig = (detail::knobs().print_config = true, 0);
 
 TensorRef dev_ref(void* p, DType t, std::initializer_list<int64_t> shape, std::initializer_list<int64_t> stride) {
   TensorRef r = TensorRef::contiguous(p, t, shape, Device::cuda, 0);
@@ -239,9 +240,8 @@ std::vector<uint8_t> run_moe(const MoeCase& c, uint64_t seed, const ref::WeightS
   return out.buf.to_host<uint8_t>();
 }
 
-struct ForceConfig {
-  explicit ForceConfig(const char* name) { setenv("FMOE_FORCE_CONFIG", name, 1); }
-  ~ForceConfig() { unsetenv("FMOE_FORCE_CONFIG"); }
+struct ForceConfig : detail::ScopedKnob<std::string> {
+  explicit ForceConfig(const char* name) : ScopedKnob(&detail::Knobs::force_config, name) {}
 };
 
 uint64_t seed_of(std::initializer_list<long long> v) { return test::seeds_for(test::hash_ints(v))[2]; }

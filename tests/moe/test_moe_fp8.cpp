@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "common/env.hpp"
 #include "moe/moe_fp8_plan.hpp"
 #include "tests/test_util.hpp"
 
@@ -31,7 +32,7 @@ struct FakeCall {
 }  // namespace
 
 TEST(MoeFp8Config, TileWidthFollowsRowsPerExpert) {
-  unsetenv("FMOE_FORCE_CONFIG");
+  detail::ScopedKnob<std::string> no_force(&detail::Knobs::force_config, "");
   auto bt = [](int T, int k, int E) {
     std::string why;
     const detail::GemmConfigId id = detail::select_gemm_config(T, k, E, 512, 2048, ReductionMode::fast, &why);
@@ -54,16 +55,15 @@ TEST(MoeFp8Config, ForcedConfigIsHonouredAndChecked) {
   for (int i = 0; i < int(detail::GemmConfigId::count); ++i) {
     const detail::GemmConfigInfo c = detail::gemm_config_info(detail::GemmConfigId(i));
     EXPECT_EQ(detail::gemm_config_by_name(c.name), detail::GemmConfigId(i));
-    setenv("FMOE_FORCE_CONFIG", c.name, 1);
+    detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, c.name);
     const ReductionMode m = c.deterministic ? ReductionMode::deterministic : ReductionMode::fast;
     EXPECT_EQ(detail::select_gemm_config(7, 2, 8, 128, 128, m), detail::GemmConfigId(i));
     const ReductionMode other = c.deterministic ? ReductionMode::fast : ReductionMode::deterministic;
     test::expect_error([&] { detail::select_gemm_config(7, 2, 8, 128, 128, other); }, "FMOE_FORCE_CONFIG");
   }
-  setenv("FMOE_FORCE_CONFIG", "no_such_config", 1);
+  detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, "no_such_config");
   test::expect_error([] { detail::select_gemm_config(7, 2, 8, 128, 128, ReductionMode::fast); },
                      "names no grouped GEMM config");
-  unsetenv("FMOE_FORCE_CONFIG");
 }
 
 TEST(MoeFp8Config, WorkspaceGrowsWithTokensAndCoversEveryT) {

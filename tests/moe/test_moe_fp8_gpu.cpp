@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 
+#include "common/env.hpp"
 #include "moe/moe_fp8_plan.hpp"
 #include "tests/moe/moe_fp8_test_util.hpp"
 
@@ -146,19 +147,18 @@ TEST(MoeFp8Gpu, EveryCompiledConfigRuns) {
   FMOE_SKIP_WITHOUT_GPU();
   for (int i = 0; i < int(detail::GemmConfigId::count); ++i) {
     const detail::GemmConfigInfo c = detail::gemm_config_info(detail::GemmConfigId(i));
-    setenv("FMOE_FORCE_CONFIG", c.name, 1);
+    detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, c.name);
     const ReductionMode m = c.deterministic ? ReductionMode::deterministic : ReductionMode::fast;
     run_and_check(base(150, 16, 4, 256, 640, m), 1);  // ~37 rows per expert: several tiles at 16
     run_and_check(base(3, 8, 2, 128, 128, m), 1);
   }
-  unsetenv("FMOE_FORCE_CONFIG");
 }
 
 TEST(MoeFp8Gpu, ScheduleKernelPathAtDecodeSizes) {
   // Decode sizes normally fuse the schedule into the GEMM; the schedule kernel path must give
   // the same results there too (it is the path of every larger T).
   FMOE_SKIP_WITHOUT_GPU();
-  setenv("FMOE_FUSED_SCHEDULE", "0", 1);
+  detail::ScopedKnob<bool> unfused(&detail::Knobs::fused_schedule, false);
   for (ReductionMode m : kModes) {
     run_and_check(base(128, 256, 8, 512, 2048, m), 1);
     Problem hot = base(300, 128, 8, 256, 512, m);
@@ -168,7 +168,6 @@ TEST(MoeFp8Gpu, ScheduleKernelPathAtDecodeSizes) {
     given.route = RouteKind::given;
     run_and_check(given, 1);
   }
-  unsetenv("FMOE_FUSED_SCHEDULE");
 }
 
 TEST(MoeFp8Gpu, DeterministicModeIsBitwiseReproducible) {

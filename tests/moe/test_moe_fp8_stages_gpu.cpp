@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "common/env.hpp"
 #include "moe/moe_fp8_plan.hpp"
 #include "tests/moe/moe_fp8_test_util.hpp"
 
@@ -71,7 +72,8 @@ TEST(MoeFp8Stages, RouteQuantMatchesHostQuantizerBitForBit) {
 
 TEST(MoeFp8Stages, ScheduleInvariants) {
   FMOE_SKIP_WITHOUT_GPU();
-  setenv("FMOE_FUSED_SCHEDULE", "0", 1);  // the schedule kernel (decode sizes fuse it into the GEMM)
+  // The schedule kernel (decode sizes fuse it into the GEMM).
+  detail::ScopedKnob<bool> unfused(&detail::Knobs::fused_schedule, false);  // (decode sizes fuse it into the GEMM)
   struct S { int T, E, k; RouteKind route; };
   for (const S s : {S{1, 8, 2, RouteKind::computed}, S{128, 256, 8, RouteKind::computed},
                     S{700, 64, 6, RouteKind::hot}, S{5000, 128, 8, RouteKind::computed},
@@ -115,5 +117,4 @@ TEST(MoeFp8Stages, ScheduleInvariants) {
       }
       ASSERT_EQ(tiles[size_t(pb.E)], expect_tiles);
     }
-  unsetenv("FMOE_FUSED_SCHEDULE");
 }

@@ -1,0 +1,83 @@
+#include "common/env.hpp"
+
+#include <cerrno>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+
+#include "common/text.hpp"
+#include "fusedmoe/error.hpp"
+
+namespace fusedmoe::detail {
+
+const KnobInfo kKnobTable[] = {
+    {"FMOE_THREADS", "an integer in [1, 4096]", "host threads of the CPU reference (default: all cores)"},
+    {"FMOE_PRINT_CONFIG", "0 or 1", "print each op's kernel config and the reason for it"},
+    {"FMOE_FORCE_CONFIG", "a config name", "force a compiled kernel config by name (tests, tuning)"},
+    {"FMOE_DEBUG_SYNC", "0 or 1", "synchronize after every launch so a fault names its kernel"},
+    {"FMOE_NO_PDL", "0 or 1", "turn programmatic dependent launch off (debugging, A/B timing)"},
+    {"FMOE_FUSED_SCHEDULE", "0 or 1", "0: keep the schedule kernel at decode sizes (default 1)"},
+    {"FMOE_PREFETCH_UNITS", "an integer in [0, 1024]", "L2 weight prefetch before the routing ends (measured useless, default 0)"},
+};
+const int kNumKnobs = int(sizeof(kKnobTable) / sizeof(kKnobTable[0]));
+
+int parse_knob_int(const char* name, const char* text, int lo, int hi) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text, &end, 10);
+  const bool number = end != text && *end == '\0' && text[0] != ' ' && text[0] != '+';
+  FMOE_REQUIRE(number, "environment variable %s=%s is not an integer (expected an integer in "
+               "[%d, %d])", name, quote_user_text(text).c_str(), lo, hi);
+  FMOE_REQUIRE(errno != ERANGE && v >= lo && v <= hi,
+               "environment variable %s=%s is out of range (expected an integer in [%d, %d])",
+               name, quote_user_text(text).c_str(), lo, hi);
+  return int(v);
+}
+
+bool parse_knob_bool(const char* name, const char* text) {
+  const std::string s = text;
+  FMOE_REQUIRE(s == "0" || s == "1", "environment variable %s=%s must be 0 or 1", name,
+               quote_user_text(text).c_str());
+  return s == "1";
+}
+
+namespace {
+
+// An unset or empty variable keeps the default.
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+Knobs read_knobs() {
+  Knobs k;
+  if (const char* v = env("FMOE_THREADS")) k.threads = parse_knob_int("FMOE_THREADS", v, 1, 4096);
+  if (const char* v = env("FMOE_PRINT_CONFIG")) k.print_config = parse_knob_bool("FMOE_PRINT_CONFIG", v);
+  if (const char* v = env("FMOE_FORCE_CONFIG")) {
+    const std::string s = v;
+    FMOE_REQUIRE(s.size() <= 64 && s.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") ==
+                                       std::string::npos,
+                 "environment variable FMOE_FORCE_CONFIG=%s is not a config name (lower-case "
+                 "letters, digits and '_')", quote_user_text(v).c_str());
+    k.force_config = s;
+  }
+  if (const char* v = env("FMOE_DEBUG_SYNC")) k.debug_sync = parse_knob_bool("FMOE_DEBUG_SYNC", v);
+  if (const char* v = env("FMOE_NO_PDL")) k.no_pdl = parse_knob_bool("FMOE_NO_PDL", v);
+  if (const char* v = env("FMOE_FUSED_SCHEDULE"))
+    k.fused_schedule = parse_knob_bool("FMOE_FUSED_SCHEDULE", v);
+  if (const char* v = env("FMOE_PREFETCH_UNITS"))
+    k.prefetch_units = parse_knob_int("FMOE_PREFETCH_UNITS", v, 0, 1024);
+  return k;
+}
+
+}  // namespace
+
+Knobs& knobs() {
+  static std::mutex mu;
+  static std::optional<Knobs> parsed;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!parsed) parsed = read_knobs();  // throws on a malformed value: parsed stays empty
+  return *parsed;
+}
+
+}  // namespace fusedmoe::detail

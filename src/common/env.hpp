@@ -1,0 +1,57 @@
+// The environment knobs of fusedmoe: one table, read once, parsed strictly.
+//
+// Every FMOE_* variable the library reads is a row of kKnobTable (name, kind, what it does), is
+// read the first time knobs() is called, and a malformed value (a non-number, a number out of
+// range, trailing characters, a bool other than 0/1) throws Error naming the variable and the
+// accepted values. The call path never calls getenv. Tests and benchmarks that switch a knob
+// inside one process use ScopedKnob, which sets the parsed value directly.
+#pragma once
+
+#include <string>
+
+namespace fusedmoe::detail {
+
+struct Knobs {
+  int threads = 0;             ///< FMOE_THREADS: host threads for the CPU reference (0: all cores)
+  bool print_config = false;   ///< FMOE_PRINT_CONFIG=1: print each op's kernel config and why
+  std::string force_config;    ///< FMOE_FORCE_CONFIG=<name>: force a compiled config by name
+  bool debug_sync = false;     ///< FMOE_DEBUG_SYNC=1: synchronize after every launch
+  bool no_pdl = false;         ///< FMOE_NO_PDL=1: no programmatic dependent launch
+  bool fused_schedule = true;  ///< FMOE_FUSED_SCHEDULE=0: keep the schedule kernel at decode sizes
+  int prefetch_units = 0;      ///< FMOE_PREFETCH_UNITS=n: L2 weight prefetch (measured useless)
+};
+
+/// One row per knob: what `fusedmoe info` and the README list.
+struct KnobInfo {
+  const char* name;
+  const char* accepted;  ///< "0 or 1", "an integer in [1, 4096]", "a config name"
+  const char* what;
+};
+extern const KnobInfo kKnobTable[];
+extern const int kNumKnobs;
+
+/// The process-wide knobs, parsed from the environment on first use. Throws Error on a malformed
+/// value (and parses again on the next call, so the error repeats rather than being forgotten).
+Knobs& knobs();
+
+/// Parses one knob's text; exposed for the tests. Throws Error naming `name`.
+int parse_knob_int(const char* name, const char* text, int lo, int hi);
+bool parse_knob_bool(const char* name, const char* text);
+
+/// Sets a knob for the lifetime of the object and restores it after (tests, benchmarks).
+template <class T>
+class ScopedKnob {
+ public:
+  ScopedKnob(T Knobs::*field, T value) : field_(field), old_(knobs().*field) {
+    knobs().*field = std::move(value);
+  }
+  ~ScopedKnob() { knobs().*field_ = old_; }
+  ScopedKnob(const ScopedKnob&) = delete;
+  ScopedKnob& operator=(const ScopedKnob&) = delete;
+
+ private:
+  T Knobs::*field_;
+  T old_;
+};
+
+}  // namespace fusedmoe::detail
