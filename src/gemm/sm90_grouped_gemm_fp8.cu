@@ -1,34 +1,30 @@
-// Instantiations of the grouped FP8 GEMM: one per line of gemm_configs.def.
-#include "gemm/sm90_grouped_gemm_fp8.cuh"
+// Instantiations of the grouped GEMM engine with fp8 weights: the rows of gemm_configs.def
+// whose weights are fp8_block (one TU per weight format keeps each compile under a minute).
+#include "gemm/sm90_grouped_gemm.cuh"
 
 namespace fusedmoe::detail {
 
-GemmConfigInfo gemm_config_info(GemmConfigId id) {
+// A template (not an explicit specialization), so the rows of the other weight format are
+// discarded statements that are never instantiated here.
+template <GemmWeights kW>
+bool launch_grouped_gemm_of(GemmConfigId id, const GroupedGemmParams& p, int num_sms,
+                            cudaStream_t stream) {
   switch (id) {
-#define FMOE_GG(name, bt, stages, det) \
-  case GemmConfigId::name: return {#name, bt, stages, det};
+#define FMOE_GG(name, bt, stages, weights, rows, epi)                                         \
+  case GemmConfigId::name:                                                                    \
+    if constexpr (GemmWeights::weights == kW) {                                                  \
+      launch_grouped_gemm_cfg<GemmConfig<bt, stages, GemmWeights::weights, GemmRows::rows,    \
+                                         GemmEpilogue::epi>>(p, num_sms, stream);             \
+      return true;                                                                            \
+    }                                                                                         \
+    return false;
 #include "gemm/gemm_configs.def"
 #undef FMOE_GG
-    default: break;
+    default: return false;
   }
-  FMOE_REQUIRE(false, "grouped_gemm_fp8: unknown config id %d", int(id));
 }
 
-GemmConfigId gemm_config_by_name(const std::string& name) {
-  for (int i = 0; i < int(GemmConfigId::count); ++i)
-    if (name == gemm_config_info(GemmConfigId(i)).name) return GemmConfigId(i);
-  return GemmConfigId::count;
-}
-
-void launch_grouped_gemm_fp8(GemmConfigId id, const GemmParams& p, int num_sms, cudaStream_t stream) {
-  switch (id) {
-#define FMOE_GG(name, bt, stages, det) \
-  case GemmConfigId::name: return launch_grouped_gemm_fp8_cfg<GemmConfig<bt, stages, det>>(p, num_sms, stream);
-#include "gemm/gemm_configs.def"
-#undef FMOE_GG
-    default: break;
-  }
-  FMOE_REQUIRE(false, "grouped_gemm_fp8: unknown config id %d", int(id));
-}
+template bool launch_grouped_gemm_of<GemmWeights::fp8_block>(GemmConfigId, const GroupedGemmParams&, int,
+                                                       cudaStream_t);
 
 }  // namespace fusedmoe::detail

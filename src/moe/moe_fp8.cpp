@@ -5,14 +5,16 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
 #include <vector>
 
+#include "common/cuda_check.hpp"
+#include "common/device_state.hpp"
 #include "common/env.hpp"
 #include "common/tensor_check.hpp"
 #include "common/tma.hpp"
-#include "fusedmoe/device.hpp"
 #include "moe/moe_fp8_plan.hpp"
+#include "route/route.hpp"
+#include "route/routing_host.hpp"
 
 namespace fusedmoe {
 
@@ -40,6 +42,8 @@ void check_sizes(int max_tokens, int E, int k, int N, int K) {
   FMOE_REQUIRE(max_tokens >= 0, "%s: max_tokens must be >= 0, got %d", kOp, max_tokens);
   FMOE_REQUIRE(E >= 1 && E <= kRouteMaxExperts,
                "%s: the number of experts must be in [1, %d], got %d", kOp, kRouteMaxExperts, E);
+  FMOE_REQUIRE(int64_t(E) * N < (int64_t(1) << 31), "%s: E*N = %lld weight rows exceed the "
+               "int32 TMA coordinate range", kOp, (long long)E * N);
   FMOE_REQUIRE(k >= 1 && k <= E && k <= 32,
                "%s: top_k must be in [1, min(E=%d, 32)], got %d", kOp, E, k);
   FMOE_REQUIRE(N >= 16 && N % 16 == 0, "%s: N (weight rows per expert) must be a positive "
@@ -66,6 +70,7 @@ size_t layout(int T, int E, int k, int N, int K, ReductionMode mode, void* base,
   take(w.status, kStatusWords);
   take(w.counts, E);
   take(w.tile_offsets, E + 1);
+  take(w.route_offsets, E + 1);
   take(w.topk_ids, R);
   take(w.topk_weights, R);
   take(w.route_slot, R);
@@ -76,91 +81,6 @@ size_t layout(int T, int E, int k, int N, int K, ReductionMode mode, void* base,
   return off;
 }
 
-struct DeviceState {
-  int sms = 0;
-  bool ok = false;
-  std::string why;
-};
-
-// Per-device facts, read once (the call path must not query the driver every time).
-const DeviceState& device_state(int dev) {
-  static std::mutex mu;
-  static std::vector<DeviceState> states;
-  std::lock_guard<std::mutex> lock(mu);
-  if (states.empty()) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-      cudaGetLastError();
-      n = 0;
-    }
-    states.resize(size_t(std::max(n, 1)));
-    for (int i = 0; i < n; ++i) {
-      states[size_t(i)].ok = gpu_usable(i, &states[size_t(i)].why);
-      if (states[size_t(i)].ok)
-        FMOE_CUDA(cudaDeviceGetAttribute(&states[size_t(i)].sms, cudaDevAttrMultiProcessorCount, i));
-    }
-    if (n == 0) gpu_usable(0, &states[0].why);
-  }
-  FMOE_REQUIRE(dev >= 0 && dev < int(states.size()), "%s: CUDA device %d does not exist", kOp, dev);
-  return states[size_t(dev)];
-}
-
-void validate_routing_config(const RoutingConfig& r, int E, int k) {
-  switch (r.fn) {
-    case RoutingFn::softmax_topk:
-    case RoutingFn::topk_softmax:
-      break;
-    case RoutingFn::sigmoid_grouped_topk:
-      FMOE_REQUIRE(r.num_groups >= 1 && r.num_groups <= kRouteMaxGroups && E % r.num_groups == 0,
-                   "%s: routing.num_groups=%d must divide E=%d and be at most %d", kOp,
-                   r.num_groups, E, kRouteMaxGroups);
-      FMOE_REQUIRE(r.topk_groups >= 1 && r.topk_groups <= r.num_groups,
-                   "%s: routing.topk_groups=%d must be in [1, num_groups=%d]", kOp, r.topk_groups,
-                   r.num_groups);
-      FMOE_REQUIRE(k <= r.topk_groups * (E / r.num_groups),
-                   "%s: top_k=%d exceeds the %d experts of the %d kept groups", kOp, k,
-                   r.topk_groups * (E / r.num_groups), r.topk_groups);
-      break;
-    case RoutingFn::sigmoid_top1_on_input:
-      FMOE_REQUIRE(k == 1, "%s: sigmoid_top1_on_input routing puts the weight on the input and "
-                   "needs top_k=1, got %d", kOp, k);
-      break;
-  }
-  FMOE_REQUIRE(std::isfinite(r.routed_scaling_factor),
-               "%s: routing.routed_scaling_factor must be finite, got %g", kOp,
-               double(r.routed_scaling_factor));
-  FMOE_REQUIRE(std::isfinite(r.softcap) && r.softcap >= 0.0f,
-               "%s: routing.softcap must be >= 0 (0 = off), got %g", kOp, double(r.softcap));
-}
-
-bool needs_bias(const RoutingConfig& r) {
-  return (r.fn == RoutingFn::sigmoid_grouped_topk && r.correction_bias) ||
-         (r.fn == RoutingFn::topk_softmax && r.router_bias);
-}
-
-// Ids given by the caller are checked on the host when the stream is not being captured; the
-// device side drops and counts a bad id whatever happens, so nothing is ever read out of bounds.
-void check_given_ids(const TensorRef& ids, int E, cudaStream_t stream) {
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  FMOE_CUDA(cudaStreamIsCapturing(stream, &capture));
-  if (capture != cudaStreamCaptureStatusNone) return;
-  std::vector<int32_t> host(size_t(ids.numel()));
-  if (host.empty()) return;
-  FMOE_CUDA(cudaMemcpyAsync(host.data(), ids.data, host.size() * 4, cudaMemcpyDeviceToHost, stream));
-  FMOE_CUDA(cudaStreamSynchronize(stream));
-  const int64_t k = ids.shape[1];
-  for (size_t i = 0; i < host.size(); ++i) {
-    const long long t = (long long)(int64_t(i) / k), j = (long long)(int64_t(i) % k);
-    FMOE_REQUIRE(host[i] >= 0 && host[i] < E,
-                 "%s: topk_ids[%lld, %lld] = %d is not an expert id in [0, %d)", kOp, t, j,
-                 host[i], E);
-    for (int64_t jj = 0; jj < j; ++jj)
-      FMOE_REQUIRE(host[i - size_t(j - jj)] != host[i],
-                   "%s: topk_ids[%lld, %lld] repeats expert %d of choice %lld: a token's k "
-                   "experts must be distinct", kOp, t, j, host[i], (long long)jj);
-  }
-}
-
 }  // namespace
 
 size_t moe_fp8_workspace_layout(int max_tokens, int E, int k, int N, int K, ReductionMode mode,
@@ -169,53 +89,10 @@ size_t moe_fp8_workspace_layout(int max_tokens, int E, int k, int N, int K, Redu
   return layout(max_tokens, E, k, N, K, mode, base, ws);
 }
 
-GemmConfigId select_gemm_config(int T, int k, int E, int N, int K, ReductionMode mode,
-                                std::string* reason) {
-  const bool det = mode == ReductionMode::deterministic;
-  auto pick = [&](int block_t) {
-    for (int i = 0; i < int(GemmConfigId::count); ++i) {
-      const GemmConfigInfo c = gemm_config_info(GemmConfigId(i));
-      if (c.block_t == block_t && c.deterministic == det) return GemmConfigId(i);
-    }
-    FMOE_REQUIRE(false, "%s: no compiled GEMM config with BLOCK_T=%d (%s)", kOp, block_t,
-                 reduction_mode_name(mode));
-  };
-  if (const std::string& force = knobs().force_config; !force.empty()) {
-    const char* forced = force.c_str();
-    const GemmConfigId id = gemm_config_by_name(forced);
-    FMOE_REQUIRE(id != GemmConfigId::count, "FMOE_FORCE_CONFIG=%s names no grouped GEMM config",
-                 forced);
-    FMOE_REQUIRE(gemm_config_info(id).deterministic == det,
-                 "FMOE_FORCE_CONFIG=%s is a %s config but the call is %s", forced,
-                 gemm_config_info(id).deterministic ? "deterministic" : "fast",
-                 reduction_mode_name(mode));
-    if (reason) *reason = "forced by FMOE_FORCE_CONFIG";
-    return id;
-  }
-  // The tile puts weights on wgmma's M side and the expert's tokens on its N side (BLOCK_T), so
-  // the choice is about rows per expert: a tile narrower than an expert's rows streams its
-  // weights once per token tile (from L2 after the first, but still issue and smem work); a tile
-  // much wider computes and stages empty columns. Expected rows per expert: T * k / E.
-  const double rows = double(T) * k / E;
-  GemmConfigId id;
-  const char* why;
-  if (rows <= 6) {
-    id = pick(16);
-    why = "<= 6 rows per expert expected (decode): BLOCK_T=16 keeps nearly every expert in one "
-          "token tile (a Poisson(6) count exceeds 16 with probability < 0.1%)";
-  } else if (rows <= 16) {
-    id = pick(32);
-    why = "7-16 rows per expert expected: BLOCK_T=32 holds the typical expert in one tile";
-  } else if (rows <= 40) {
-    id = pick(64);
-    why = "17-40 rows per expert expected: BLOCK_T=64 holds the typical expert in one tile";
-  } else {
-    id = pick(128);
-    why = "> 40 rows per expert expected: BLOCK_T=128, the widest tile whose two accumulators "
-          "(scratch + promoted) fit the consumer registers";
-  }
-  if (reason) *reason = why;
-  return id;
+GemmConfigId select_projection_config(int T, int k, int E, std::string* reason) {
+  const GemmFamily fam{GemmWeights::fp8_block, GemmRows::gathered, GemmEpilogue::combine};
+  const int bt = select_block_t(T, k, E, knobs().force_config, {fam}, reason);
+  return gemm_config_of(fam.weights, fam.rows, fam.epilogue, bt);
 }
 
 }  // namespace detail
@@ -260,7 +137,7 @@ MoeFp8Plan plan_moe_fp8_projection(const MoeFp8ProjectionArgs& a, void* workspac
   check_unit_inner_stride(kOp, "y", a.y);
   check_aligned(kOp, "y", a.y, 16);
   check_data(kOp, "y", a.y);
-  validate_routing_config(a.routing, E, k);
+  validate_routing_config(kOp, a.routing, E, k);
   const bool on_input = a.routing.fn == RoutingFn::sigmoid_top1_on_input;
   std::vector<std::pair<const char*, const TensorRef*>> on_gpu = {
       {"w", &a.w}, {"w_scale", &a.w_scale}, {"x", &a.x}, {"y", &a.y}};
@@ -274,7 +151,7 @@ MoeFp8Plan plan_moe_fp8_projection(const MoeFp8ProjectionArgs& a, void* workspac
     check_aligned(kOp, "router_logits", a.router_logits, 4);
     check_data(kOp, "router_logits", a.router_logits);
     on_gpu.push_back({"router_logits", &a.router_logits});
-    if (needs_bias(a.routing)) {
+    if (routing_needs_bias(a.routing)) {
       FMOE_REQUIRE(a.routing_bias.data, "%s: %s routing with a bias needs routing_bias [E] f32",
                    kOp, routing_fn_name(a.routing.fn));
     }
@@ -283,6 +160,7 @@ MoeFp8Plan plan_moe_fp8_projection(const MoeFp8ProjectionArgs& a, void* workspac
     check_dtype(kOp, "routing_bias", a.routing_bias, DType::f32);
     check_shape(kOp, "routing_bias", a.routing_bias, {E});
     check_contiguous(kOp, "routing_bias", a.routing_bias);
+    check_aligned(kOp, "routing_bias", a.routing_bias, 4);
     on_gpu.push_back({"routing_bias", &a.routing_bias});
   }
   if (a.topk_ids.data || a.topk_weights.data) {
@@ -291,9 +169,11 @@ MoeFp8Plan plan_moe_fp8_projection(const MoeFp8ProjectionArgs& a, void* workspac
     check_dtype(kOp, "topk_ids", a.topk_ids, DType::i32);
     check_shape(kOp, "topk_ids", a.topk_ids, {T, k});
     check_contiguous(kOp, "topk_ids", a.topk_ids);
+    check_aligned(kOp, "topk_ids", a.topk_ids, 4);
     check_dtype(kOp, "topk_weights", a.topk_weights, DType::f32);
     check_shape(kOp, "topk_weights", a.topk_weights, {T, k});
     check_contiguous(kOp, "topk_weights", a.topk_weights);
+    check_aligned(kOp, "topk_weights", a.topk_weights, 4);
     on_gpu.push_back({"topk_ids", &a.topk_ids});
     on_gpu.push_back({"topk_weights", &a.topk_weights});
   }
@@ -310,12 +190,7 @@ MoeFp8Plan plan_moe_fp8_projection(const MoeFp8ProjectionArgs& a, void* workspac
                "moe_fp8_projection_workspace_size)", kOp, workspace_bytes, need, T);
 
   // ---- the device ----
-  int dev = 0;
-  FMOE_CUDA(cudaGetDevice(&dev));
-  FMOE_REQUIRE(dev == a.w.device_index, "%s: the tensors are on cuda:%d but the current device is "
-               "cuda:%d", kOp, a.w.device_index, dev);
-  const DeviceState& ds = device_state(dev);
-  FMOE_REQUIRE(ds.ok, "%s: %s", kOp, ds.why.c_str());
+  const DeviceState& ds = current_device_state(kOp, a.w.device_index);
   if (T == 0) {
     // y is empty: nothing to compute. The status words still describe this call (no route
     // dropped), so moe_fp8_dropped_routes reads 0; a memset node is graph-capturable.
@@ -323,7 +198,7 @@ MoeFp8Plan plan_moe_fp8_projection(const MoeFp8ProjectionArgs& a, void* workspac
     FMOE_CUDA(cudaMemsetAsync(plan.ws.status, 0, kStatusWords * sizeof(int32_t), stream));
     return plan;
   }
-  if (a.routing_given && a.validate_routing) check_given_ids(a.topk_ids, E, stream);
+  if (a.routing_given && a.validate_routing) check_given_ids(kOp, a.topk_ids, E, stream);
 
   plan.T = T;
   plan.num_sms = ds.sms;
@@ -334,37 +209,31 @@ MoeFp8Plan plan_moe_fp8_projection(const MoeFp8ProjectionArgs& a, void* workspac
   const bool det = a.mode == ReductionMode::deterministic;
 
   std::string& reason = plan.config_reason;
-  const GemmConfigId cfg = plan.config = select_gemm_config(T, k, E, N, K, a.mode, &reason);
+  const GemmConfigId cfg = plan.config = select_projection_config(T, k, E, &reason);
   const GemmConfigInfo info = gemm_config_info(cfg);
   if (knobs().print_config)
     std::fprintf(stderr, "[fusedmoe] %s T=%d E=%d k=%d N=%d K=%d %s: config %s (%s)\n", kOp, T, E,
                  k, N, K, reduction_mode_name(a.mode), info.name, reason.c_str());
 
   RouteQuantParams& rq = plan.route_quant;
+  set_routing_params(rq, a.routing, static_cast<const float*>(a.routing_bias.data), E, k);
   rq.logits = static_cast<const float*>(a.router_logits.data);
   rq.logits_ld = a.router_logits.ndim == 2 ? a.router_logits.stride[0] : E;
-  rq.bias = static_cast<const float*>(a.routing_bias.data);
-  rq.E = E;
-  rq.k = k;
-  rq.fn = int(a.routing.fn);
-  rq.renormalize = a.routing.renormalize;
-  rq.num_groups = a.routing.num_groups;
-  rq.topk_groups = a.routing.topk_groups;
-  rq.softcap = a.routing.softcap;
-  rq.routed_scaling_factor = a.routing.routed_scaling_factor;
   rq.routing_given = a.routing_given;
-  rq.weight_on_input = on_input;
+  rq.k_total = k;
   rq.x = static_cast<const __nv_bfloat16*>(a.x.data);
   rq.ldx = a.x.stride[0];
   rq.T = T;
   rq.K = K;
   rq.KB = KB;
+  rq.row_format = RowFormat::fp8;
   rq.topk_ids = ids;
   rq.topk_weights = weights;
-  rq.xq = ws.xq;
-  rq.sa = ws.sa;
+  rq.rows = ws.xq;
+  rq.row_scales = ws.sa;
   rq.zero_rows = det ? nullptr : ws.acc;
   rq.N = N;
+  rq.E_total = E;
   rq.counts = ws.counts;
   rq.status = ws.status;
 
@@ -374,40 +243,46 @@ MoeFp8Plan plan_moe_fp8_projection(const MoeFp8ProjectionArgs& a, void* workspac
   sp.k = k;
   sp.E = E;
   sp.block_t = info.block_t;
-  sp.n_wblocks = NB;
   sp.counts = ws.counts;
   sp.tile_offsets = ws.tile_offsets;
+  sp.route_offsets = ws.route_offsets;
   sp.sorted_route = ws.sorted_route;
   sp.route_slot = ws.route_slot;
   sp.status = ws.status;
 
-  GemmParams& gp = plan.gemm;
+  GroupedGemmParams& gp = plan.gemm;
   gp.w_desc = make_tma_2d("moe_fp8_projection: w", a.w.data, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1,
                           uint64_t(E) * N, uint64_t(K), uint64_t(K), 128, 128,
                           CU_TENSOR_MAP_SWIZZLE_128B);
-  gp.xq = ws.xq;
-  gp.ldx = K;
-  gp.sa = ws.sa;
   gp.w_scale = static_cast<const float*>(a.w_scale.data);
+  gp.sb_groups = 1;  // DeepSeek's layout: one scale per 128x128 block
+  gp.n_rows = N;
+  gp.a = ws.xq;
+  gp.lda = K;
+  gp.sa = ws.sa;
+  gp.sa_ld = KB;
   gp.counts = ws.counts;
   gp.tile_offsets = ws.tile_offsets;
+  gp.route_offsets = ws.route_offsets;
   gp.sorted_route = ws.sorted_route;
   gp.topk_weights = weights;
-  gp.out = ws.acc;
   gp.T = T;
   gp.E = E;
   gp.k = k;
+  gp.k_routed = k;
+  gp.weight_on_input = on_input;
   gp.N = N;
   gp.K = K;
   gp.KB = KB;
   gp.NB = NB;
-  gp.weight_on_input = on_input;
+  gp.deterministic = det;
+  gp.out = ws.acc;
   // Decode sizes: the GEMM builds the schedule from the ids itself (no schedule kernel, one launch
   // and one dependency wait fewer). FMOE_FUSED_SCHEDULE=0 forces the schedule kernel (tests).
-  const bool allow_fused = knobs().fused_schedule;
   // Up to 512 routes: each producer's per-tile scan of the ids is <= 4 steps (measured on H100:
   // T=1 13.3 -> 11.9 us, T=32 73.0 -> 70.5 us; at 1024 routes, T=128, it cost 2 us instead).
-  plan.fused_schedule = allow_fused && info.block_t <= 64 && int64_t(T) * k <= kFusedScheduleRoutes;
+  plan.fused_schedule = knobs().fused_schedule && info.block_t <= 64 &&
+                        int64_t(T) * k <= kFusedScheduleRoutes;
   gp.fused_schedule = plan.fused_schedule;
   gp.topk_ids = ids;
   gp.R = T * k;
@@ -455,7 +330,7 @@ void run_moe_fp8_stage(const MoeFp8Plan& plan, MoeFp8Stage stage, cudaStream_t s
     case MoeFp8Stage::schedule:
       if (plan.fused_schedule) return;  // the GEMM builds it
       return launch_schedule(plan.schedule, stream);
-    case MoeFp8Stage::gemm: return launch_grouped_gemm_fp8(plan.config, plan.gemm, plan.num_sms, stream);
+    case MoeFp8Stage::gemm: return launch_grouped_gemm(plan.config, plan.gemm, plan.num_sms, stream);
     case MoeFp8Stage::finalize: return launch_finalize(plan.finalize, stream);
   }
 }

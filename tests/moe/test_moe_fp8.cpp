@@ -1,4 +1,4 @@
-// The FP8 MoE projection's host side, without a GPU: config selection, workspace sizing, and the
+// The FP8 MoE projection's host side, without a GPU: its config family, workspace sizing, and the
 // rejection of every class of bad argument (checked before anything touches a device).
 #include <cmath>
 #include <cstdlib>
@@ -31,39 +31,20 @@ struct FakeCall {
 
 }  // namespace
 
-TEST(MoeFp8Config, TileWidthFollowsRowsPerExpert) {
+TEST(MoeFp8Config, ProjectionPicksItsFamily) {
   detail::ScopedKnob<std::string> no_force(&detail::Knobs::force_config, "");
-  auto bt = [](int T, int k, int E) {
+  for (int T : {1, 128, 512, 1024, 4096}) {
     std::string why;
-    const detail::GemmConfigId id = detail::select_gemm_config(T, k, E, 512, 2048, ReductionMode::fast, &why);
+    const detail::GemmConfigInfo c =
+        detail::gemm_config_info(detail::select_projection_config(T, 8, 256, &why));
+    EXPECT_EQ(c.weights, detail::GemmWeights::fp8_block);
+    EXPECT_EQ(c.rows, detail::GemmRows::gathered);
+    EXPECT_EQ(c.epilogue, detail::GemmEpilogue::combine);
     EXPECT_FALSE(why.empty());
-    return detail::gemm_config_info(id).block_t;
-  };
-  EXPECT_EQ(bt(1, 8, 256), 16);
-  EXPECT_EQ(bt(128, 8, 256), 16);    // Qwen3.5 decode: 4 rows per expert
-  EXPECT_EQ(bt(512, 8, 256), 32);    // 16 rows
-  EXPECT_EQ(bt(1024, 8, 256), 64);   // 32 rows
-  EXPECT_EQ(bt(4096, 8, 256), 128);  // 128 rows
-  EXPECT_EQ(bt(16384, 8, 128), 128);
-  for (ReductionMode m : {ReductionMode::fast, ReductionMode::deterministic}) {
-    const detail::GemmConfigId id = detail::select_gemm_config(64, 8, 64, 512, 2048, m);
-    EXPECT_EQ(detail::gemm_config_info(id).deterministic, m == ReductionMode::deterministic);
   }
-}
-
-TEST(MoeFp8Config, ForcedConfigIsHonouredAndChecked) {
-  for (int i = 0; i < int(detail::GemmConfigId::count); ++i) {
-    const detail::GemmConfigInfo c = detail::gemm_config_info(detail::GemmConfigId(i));
-    EXPECT_EQ(detail::gemm_config_by_name(c.name), detail::GemmConfigId(i));
-    detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, c.name);
-    const ReductionMode m = c.deterministic ? ReductionMode::deterministic : ReductionMode::fast;
-    EXPECT_EQ(detail::select_gemm_config(7, 2, 8, 128, 128, m), detail::GemmConfigId(i));
-    const ReductionMode other = c.deterministic ? ReductionMode::fast : ReductionMode::deterministic;
-    test::expect_error([&] { detail::select_gemm_config(7, 2, 8, 128, 128, other); }, "FMOE_FORCE_CONFIG");
-  }
-  detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, "no_such_config");
-  test::expect_error([] { detail::select_gemm_config(7, 2, 8, 128, 128, ReductionMode::fast); },
-                     "names no grouped GEMM config");
+  detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, "down_fp8_bt32_s9");
+  test::expect_error([] { detail::select_projection_config(7, 2, 8); },
+                     "is a fp8 down (tma rows, combine) config; this call runs fp8 projection");
 }
 
 TEST(MoeFp8Config, WorkspaceGrowsWithTokensAndCoversEveryT) {

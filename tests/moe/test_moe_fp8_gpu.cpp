@@ -147,10 +147,13 @@ TEST(MoeFp8Gpu, EveryCompiledConfigRuns) {
   FMOE_SKIP_WITHOUT_GPU();
   for (int i = 0; i < int(detail::GemmConfigId::count); ++i) {
     const detail::GemmConfigInfo c = detail::gemm_config_info(detail::GemmConfigId(i));
+    if (c.rows != detail::GemmRows::gathered || c.epilogue != detail::GemmEpilogue::combine)
+      continue;  // the layer's configs: tests/layer
     detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, c.name);
-    const ReductionMode m = c.deterministic ? ReductionMode::deterministic : ReductionMode::fast;
-    run_and_check(base(150, 16, 4, 256, 640, m), 1);  // ~37 rows per expert: several tiles at 16
-    run_and_check(base(3, 8, 2, 128, 128, m), 1);
+    for (ReductionMode m : kModes) {
+      run_and_check(base(150, 16, 4, 256, 640, m), 1);  // ~37 rows per expert: several tiles at 16
+      run_and_check(base(3, 8, 2, 128, 128, m), 1);
+    }
   }
 }
 
@@ -289,14 +292,47 @@ TEST(MoeFp8Gpu, BadCallerIdsAreRejectedOrDropped) {
     a = make_args(pb, in);
     expect_error([&] { moe_fp8_projection(a, in.d_ws.get(), in.ws_bytes, nullptr); },
                  "repeats expert");
+    // Unchecked, a repeat is dropped and counted, the same way by the fused schedule (decode
+    // sizes) and the schedule kernel, so the result does not depend on T.
+    a.validate_routing = false;
+    int expect_dropped = 0;
+    ref::Routing dedup = without;
+    dedup.ids = dup;
+    for (int r = 0; r < pb.T * pb.k; ++r) {
+      bool repeat = false;
+      for (int j = r - r % pb.k; j < r; ++j) repeat = repeat || dup[size_t(j)] == dup[size_t(r)];
+      if (repeat) {
+        dedup.weights[size_t(r)] = 0.0f;
+        ++expect_dropped;
+      }
+    }
+    ASSERT_GE(expect_dropped, 1);
+    in.given = dedup;
+    for (bool fused : {true, false}) {
+      detail::ScopedKnob<bool> path(&detail::Knobs::fused_schedule, fused);
+      in.d_y.fill(0xFF);
+      moe_fp8_projection(a, in.d_ws.get(), in.ws_bytes, nullptr);
+      FMOE_CUDA(cudaDeviceSynchronize());
+      EXPECT_EQ(moe_fp8_dropped_routes(in.d_ws.get(), pb.T, pb.E, pb.k, pb.N, pb.K, m, nullptr),
+                expect_dropped) << (fused ? "fused schedule" : "schedule kernel");
+      check_against_ref(pb, in, y_host(pb, in),
+                        pb.describe() + (fused ? " repeat, fused schedule" : " repeat, schedule kernel"));
+    }
   }
 }
 
 TEST(MoeFp8Gpu, SanitizerSmall) {
-  // Small shapes for compute-sanitizer (memcheck, racecheck, synccheck) on the GPU machine.
+  // Shapes for compute-sanitizer (memcheck, racecheck, synccheck, initcheck: scripts/gpu_check.sh)
+  // that are small but reach every ring and tile path: K=2880 has 23 k-blocks, so the k-stage
+  // ring (<= 10 stages) and the meta ring wrap within one tile; forced BLOCK_T=128 with ~75 routes
+  // per expert and the schedule kernel gives several token tiles per expert; T=5 runs the fused
+  // schedule with static tiles.
   FMOE_SKIP_WITHOUT_GPU();
   for (ReductionMode m : kModes) {
     run_and_check(base(5, 8, 2, 128, 256, m), 1);
     run_and_check(base(40, 16, 4, 144, 272, m), 1);
+    run_and_check(base(9, 4, 2, 128, 2880, m), 1);
+    detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, "proj_fp8_bt128_s6");
+    run_and_check(base(300, 8, 2, 256, 384, m), 1);
   }
 }

@@ -96,16 +96,18 @@ TEST(MoeFp8Stages, ScheduleInvariants) {
       const ref::Permutation want = ref::permute(ids.data(), pb.T, pb.k, pb.E);
       const std::vector<int32_t> counts = copy_back(plan.ws.counts, size_t(pb.E));
       const std::vector<int32_t> tiles = copy_back(plan.ws.tile_offsets, size_t(pb.E) + 1);
+      const std::vector<int32_t> route_offsets = copy_back(plan.ws.route_offsets, size_t(pb.E) + 1);
       const std::vector<int32_t> sorted = copy_back(plan.ws.sorted_route, size_t(pb.E) * pb.T);
       const std::vector<int32_t> slot = copy_back(plan.ws.route_slot, size_t(pb.T) * pb.k);
       ASSERT_EQ(counts, want.counts) << "seed " << seed;
-      const int bt = detail::gemm_config_info(plan.config).block_t, nwb = (pb.N + 127) / 128;
+      const int bt = detail::gemm_config_info(plan.config).block_t;
       int expect_tiles = 0;
       for (int e = 0; e < pb.E; ++e) {
         ASSERT_EQ(tiles[size_t(e)], expect_tiles) << "expert " << e;
-        // Static numbering (decode): the GEMM numbers every expert's first token tile itself.
+        ASSERT_EQ(route_offsets[size_t(e)], want.offsets[size_t(e)]) << "expert " << e;
+        // Token tiles; static numbering (decode): the GEMM numbers every expert's first itself.
         const int first = plan.schedule.static_tiles ? 1 : 0;
-        expect_tiles += std::max((counts[size_t(e)] + bt - 1) / bt - first, 0) * nwb;
+        expect_tiles += std::max((counts[size_t(e)] + bt - 1) / bt - first, 0);
         std::vector<int32_t> got(sorted.begin() + int64_t(e) * pb.T,
                                  sorted.begin() + int64_t(e) * pb.T + counts[size_t(e)]);
         std::vector<int32_t> exp(want.sorted_route_ids.begin() + want.offsets[size_t(e)],
@@ -116,5 +118,6 @@ TEST(MoeFp8Stages, ScheduleInvariants) {
         ASSERT_EQ(got, exp) << "expert " << e << " holds other routes, seed " << seed;
       }
       ASSERT_EQ(tiles[size_t(pb.E)], expect_tiles);
+      ASSERT_EQ(route_offsets[size_t(pb.E)], pb.T * pb.k);
     }
 }

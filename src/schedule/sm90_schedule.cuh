@@ -1,24 +1,16 @@
-// Stage 2 of the FP8 MoE projection: group the T*k routes by expert and build the GEMM tile table.
-//
-//   counts[e]                     routes of expert e (a route with an id outside [0, E) is dropped:
-//                                 route_slot = -1, status[kStatusDropped] counts it)
-//   sorted_route[e*T + i]         the route id (t*k + j) of expert e's i-th slot, i < counts[e]
-//   route_slot[r]                 the slot of route r
-//   tile_offsets[e]               exclusive prefix over experts of ceil(counts[e]/BT) * NWB
-//                                 (static_tiles: of (ceil(counts[e]/BT) - 1) * NWB, the tiles
-//                                 beyond each expert's first, which the GEMM numbers statically)
-// The order of slots inside an expert is unspecified (it never changes a result: every output
-// column of the GEMM is computed on its own). Design: each CTA ranks its routes with shared-memory
-// atomics, then takes one global atomic per (CTA, expert) for its base; the last CTA to finish
-// (a done counter, zeroed by stage 1) scans the tile counts with cub::BlockScan. No single-thread
-// loops, no host synchronization.
+// Stage 2, the schedule (contract: schedule.hpp). Design: each CTA ranks its routes with
+// shared-memory atomics, then takes one global atomic per (CTA, expert) for its base; the last CTA
+// to finish (a done counter, zeroed by stage 1) scans the token tiles and the route offsets with
+// cub::BlockScan. No single-thread loops, no host synchronization.
 #pragma once
 
 #include <cub/block/block_scan.cuh>
 #include <cuda_runtime.h>
 
-#include "moe/moe_fp8_plan.hpp"
-#include "route/sm90_route.cuh"
+#include "route/route_quant.hpp"
+#include "route/route.hpp"
+#include "schedule/schedule.hpp"
+#include "schedule/sm90_route_drop.cuh"
 
 namespace fusedmoe::detail {
 
@@ -26,16 +18,16 @@ struct ScheduleConfig {
   static constexpr int kThreads = kScheduleThreads;
   static constexpr int kPerThread = kScheduleRoutesPerThread;
   static constexpr int kRoutesPerCta = kThreads * kPerThread;
-  static constexpr int kExpertsPerThread = (kRouteMaxExperts + kThreads - 1) / kThreads;
-  static_assert(kRouteMaxExperts <= kThreads * kExpertsPerThread, "scan covers every expert");
+  static constexpr int kExpertsPerThread = (kScheduleMaxExperts + kThreads - 1) / kThreads;
+  static_assert(kScheduleMaxExperts <= kThreads * kExpertsPerThread, "scan covers every expert");
 };
 
 __global__ void __launch_bounds__(ScheduleConfig::kThreads)
 schedule_kernel(const __grid_constant__ ScheduleParams p) {
   using Cfg = ScheduleConfig;
   using BlockScan = cub::BlockScan<int, Cfg::kThreads>;
-  __shared__ int s_count[kRouteMaxExperts];  // this CTA's routes per expert
-  __shared__ int s_base[kRouteMaxExperts];   // their first slot inside the expert
+  __shared__ int s_count[kScheduleMaxExperts];  // this CTA's routes per expert
+  __shared__ int s_base[kScheduleMaxExperts];   // their first slot inside the expert
   __shared__ typename BlockScan::TempStorage s_scan;
   __shared__ bool s_last;
 
@@ -57,7 +49,7 @@ schedule_kernel(const __grid_constant__ ScheduleParams p) {
   for (int i = 0; i < Cfg::kPerThread; ++i) {
     const int r = r0 + i * Cfg::kThreads + threadIdx.x;
     if (expert[i] == -2) continue;
-    if (expert[i] < 0 || expert[i] >= p.E) {
+    if (route_dropped(p.topk_ids, r, p.k, p.E)) {
       p.route_slot[r] = -1;
       atomicAdd(p.status + kStatusDropped, 1);
       expert[i] = -2;
@@ -104,25 +96,34 @@ schedule_kernel(const __grid_constant__ ScheduleParams p) {
     if (!s_last) return;
     __threadfence();
   }
-  int tiles[Cfg::kExpertsPerThread];
+  int tiles[Cfg::kExpertsPerThread], routes[Cfg::kExpertsPerThread];
 #pragma unroll
   for (int i = 0; i < Cfg::kExpertsPerThread; ++i) {
     const int e = threadIdx.x * Cfg::kExpertsPerThread + i;
-    // Several CTAs: an L2 read, the counts were written by other CTAs' atomics. More than T
-    // routes (repeated caller ids) were dropped above; the GEMM clamps the same way.
+    // Several CTAs: an L2 read, the counts were written by other CTAs' atomics. Routes past T
+    // slots were dropped above (a repeat can no longer get there); the GEMM clamps the same way.
     int c = 0;
     if (e < p.E) c = min(single ? s_count[e] : __ldcg(p.counts + e), p.T);
     // Static tile numbering (the GEMM's decode walk): token tile 0 of every expert is implicit.
-    tiles[i] = max((c + p.block_t - 1) / p.block_t - (p.static_tiles ? 1 : 0), 0) * p.n_wblocks;
+    tiles[i] = max((c + p.block_t - 1) / p.block_t - (p.static_tiles ? 1 : 0), 0);
+    routes[i] = c;
   }
-  int total = 0;
-  BlockScan(s_scan).ExclusiveSum(tiles, tiles, total);
+  int total_tiles = 0, total_routes = 0;
+  BlockScan(s_scan).ExclusiveSum(tiles, tiles, total_tiles);
+  __syncthreads();  // the scan storage is reused
+  BlockScan(s_scan).ExclusiveSum(routes, routes, total_routes);
 #pragma unroll
   for (int i = 0; i < Cfg::kExpertsPerThread; ++i) {
     const int e = threadIdx.x * Cfg::kExpertsPerThread + i;
-    if (e < p.E) p.tile_offsets[e] = tiles[i];
+    if (e < p.E) {
+      p.tile_offsets[e] = tiles[i];
+      p.route_offsets[e] = routes[i];
+    }
   }
-  if (threadIdx.x == 0) p.tile_offsets[p.E] = total;
+  if (threadIdx.x == 0) {
+    p.tile_offsets[p.E] = total_tiles;
+    p.route_offsets[p.E] = total_routes;
+  }
 }
 
 }  // namespace fusedmoe::detail

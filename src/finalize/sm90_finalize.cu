@@ -1,5 +1,8 @@
 // Launcher of stage 4 (finalize); the only TU that includes its kernel.
-#include "combine/sm90_finalize.cuh"
+#include "finalize/sm90_finalize.cuh"
+
+#include "common/cuda_check.hpp"
+#include "common/launch.hpp"
 
 namespace fusedmoe::detail {
 

@@ -1,5 +1,8 @@
 // Launcher of stage 2 (counts, slots, tile table); the only TU that includes its kernel.
-#include "permute/sm90_schedule.cuh"
+#include "schedule/sm90_schedule.cuh"
+
+#include "common/cuda_check.hpp"
+#include "common/launch.hpp"
 
 namespace fusedmoe::detail {
 

@@ -1,16 +1,12 @@
-// Stage 4 of the FP8 MoE projection: the fp32 sums become the bf16 output.
-//
-//   fast:          y[t, n] = bf16(acc[t, n])                       (acc: atomics of the GEMM)
-//   deterministic: y[t, n] = bf16(sum_{j=0..k-1} rows[t*k + j, n])  in j order, skipping dropped
-//                  routes, so the result is bitwise the same on every run and replay.
-// Every element of y [T, N] is written. Design: 8 columns per thread (two 16-byte fp32 loads per
-// row, one 16-byte bf16 store), grid over T * N / 8.
+// The last stage, finalize (contract: finalize.hpp). Design: 8 columns per thread (two 16-byte
+// fp32 loads per row, one 16-byte bf16 store), grid over T * N / 8.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "moe/moe_fp8_plan.hpp"
+#include "finalize/finalize.hpp"
+#include "schedule/sm90_route_drop.cuh"
 
 namespace fusedmoe::detail {
 
@@ -40,8 +36,7 @@ finalize_kernel(const __grid_constant__ FinalizeParams p) {
     for (int j = 0; j < p.k; ++j) {
       const int64_t route = int64_t(t) * p.k + j;
       // A dropped route (bad expert id, or a repeated one past its expert's T slots) has no row.
-      if (p.route_slot ? p.route_slot[route] < 0
-                       : (p.topk_ids[route] < 0 || p.topk_ids[route] >= p.E))
+      if (p.route_slot ? p.route_slot[route] < 0 : route_dropped(p.topk_ids, route, p.k, p.E))
         continue;
       const float4* src = reinterpret_cast<const float4*>(p.acc + route * p.N + c);
       const float4 a = __ldcs(src), b = __ldcs(src + 1);

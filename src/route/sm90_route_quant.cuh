@@ -1,18 +1,17 @@
-// Stage 1 of the FP8 MoE projection: routing + per-token FP8 quantization + per-call zeroing.
+// Stage 1, route + quantize (contract: route_quant.hpp): the routing of each token, the rows the
+// first GEMM reads, and the per-call zeroing.
 //
-//   ids[t, :], weights[t, :] = route(logits[t, :])                 (unless the caller routed)
-//   xq[t, c] = e4m3(a[t, c] * 448 / amax_b),  sa[t, b] = amax_b / 448  for each 128-column block b,
-//   with a = x (or bf16(x * weight) when the weight goes on the input), amax NaN-propagating,
-//   an all-zero block giving scale 0 and codes 0: bit for bit the host quantizer
-//   (fmt::quantize_fp8_per_token_128), which the tests check.
-// Also zeroes what the later stages accumulate into: the expert counts, the status words and, in
-// fast mode, the fp32 output sums: a call needs no initialized workspace.
-// Design: four warps per token, kTokensPerCta tokens per CTA. The token's first warp routes (a
-// serial chain of k warp-wide argmax steps) while its other three quantize, so the two latencies
-// overlap; only when the weight goes on the input do all four quantize after the routing. Several
-// tokens per CTA keep the CTA count low at decode sizes, leaving SMs free for the GEMM's CTAs,
-// which launch early (PDL) and prefetch weights while this runs. A half-warp owns a 128-column block (16 lanes x
-// 8 bf16), so the block max is four shuffles. Loads are 16 bytes, kBatch in flight per lane.
+// rows (fp8): xq[t, c] = e4m3(a[t, c] * 448 / amax_b), scale[t, b] = amax_b / 448 for each
+// 128-column block b, a = x (or bf16(x * weight) when the weight goes on the input), amax
+// NaN-propagating, an all-zero block giving scale 0 and codes 0: bit for bit the host quantizer
+// (fmt::quantize_fp8_per_token_128), which the tests check. rows (bf16): a itself.
+// Design: four warps per token (two from kRouteQuantWideFromTokens tokens), several tokens per CTA.
+// The token's first warp routes (a serial chain of k warp-wide argmax steps; then the shared
+// columns and Qwen's shared gate, a dot product over the row) while the others quantize, so the
+// two latencies overlap; only when the weight goes on the input do all warps wait for the routing.
+// Several tokens per CTA keep the CTA count low at decode sizes, leaving SMs free for the GEMM's
+// CTAs, which launch early (PDL). A half-warp owns a 128-column block (16 lanes x 8 bf16), so the
+// block max is four shuffles. Loads are 16 bytes, kBatch in flight per lane.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -20,7 +19,7 @@
 #include <cuda_runtime.h>
 
 #include "common/ptx/sm90_ptx.cuh"
-#include "moe/moe_fp8_plan.hpp"
+#include "route/route_quant.hpp"
 #include "route/sm90_route.cuh"
 
 namespace fusedmoe::detail {
@@ -38,6 +37,8 @@ struct RouteQuantConfig {
 // Quantizes one row of K bf16 (K % 16 == 0) to e4m3 codes and per-128 scales. `num_warps` warps
 // share the row (this one is `warp` of them). A pass is 32 chunks of 8 columns = two 128-column
 // blocks, one per half-warp; warp w takes passes w, w + num_warps, ...; all its lanes call this.
+// kBf16Out: write bf16(a) (the bf16 layer's rows) instead of codes and scales.
+template <bool kBf16Out>
 __device__ __forceinline__ void quantize_row(const __nv_bfloat16* __restrict__ x, int K, float w_in,
                                              bool scale_input, uint8_t* __restrict__ q,
                                              float* __restrict__ scales, int warp, int num_warps,
@@ -67,6 +68,14 @@ __device__ __forceinline__ void quantize_row(const __nv_bfloat16* __restrict__ x
         f[2 * i] = v.x;
         f[2 * i + 1] = v.y;
       }
+      if constexpr (kBf16Out) {
+        uint4 out;
+        __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) o[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+        if (c < chunks) reinterpret_cast<uint4*>(q)[c] = out;
+        continue;
+      }
       float amax = 0.0f;
 #pragma unroll
       for (int i = 0; i < 8; ++i) amax = ptx::abs_max_nan(amax, f[i]);
@@ -92,6 +101,40 @@ __device__ __forceinline__ void quantize_row(const __nv_bfloat16* __restrict__ x
   }
 }
 
+// One row of the GEMM's input: quantized (fp8) or copied (bf16), scaled by w_in when asked.
+__device__ __forceinline__ void emit_row(const RouteQuantParams& p, int64_t row, int t, float w_in,
+                                         bool scale_input, int warp, int num_warps, int lane) {
+  const __nv_bfloat16* x = p.x + int64_t(t) * p.ldx;
+  if (p.row_format == RowFormat::fp8)
+    quantize_row<false>(x, p.K, w_in, scale_input, p.rows + row * p.K, p.row_scales + row * p.KB,
+                        warp, num_warps, lane);
+  else
+    quantize_row<true>(x, p.K, w_in, scale_input, p.rows + row * p.K * 2, nullptr, warp, num_warps,
+                       lane);
+}
+
+// The shared columns of token t: expert E + c, weight sigmoid(x . shared_gate) or 1. One warp.
+__device__ __forceinline__ void route_shared(const RouteQuantParams& p, int t, int lane) {
+  float w = 1.0f;
+  if (p.shared_gate) {
+    const __nv_bfloat16* x = p.x + int64_t(t) * p.ldx;
+    float dot = 0.0f;
+    for (int c = lane; c < p.K / 2; c += 32) {  // K % 16 == 0: whole bf16 pairs
+      const float2 a = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(x)[c]);
+      const float2 g = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(p.shared_gate)[c]);
+      dot = fmaf(a.x, g.x, fmaf(a.y, g.y, dot));
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+    w = 1.0f / (1.0f + __expf(-dot));
+  }
+  const int chunks = p.k_total - p.k;
+  if (lane < chunks) {
+    p.topk_ids[int64_t(t) * p.k_total + p.k + lane] = p.E + lane;
+    p.topk_weights[int64_t(t) * p.k_total + p.k + lane] = w;
+  }
+}
+
 // V: the selection arithmetic (float when exact, see sm90_route.cuh); kPer: experts per lane.
 template <typename V, int kPer, int kWarpsPerToken>
 __global__ void __launch_bounds__(RouteQuantConfig<kWarpsPerToken>::kThreads)
@@ -106,7 +149,7 @@ route_quant_kernel(const __grid_constant__ RouteQuantParams p) {
   const int t = blockIdx.x * Cfg::kTokensPerCta + slot;
   const bool valid = t < p.T;
   if (blockIdx.x == 0) {
-    for (int e = threadIdx.x; e < p.E; e += blockDim.x) p.counts[e] = 0;
+    for (int e = threadIdx.x; e < p.E_total; e += blockDim.x) p.counts[e] = 0;
     if (threadIdx.x < kStatusWords) p.status[threadIdx.x] = 0;
   }
   if (valid && p.zero_rows) {  // N % 16 == 0
@@ -117,28 +160,35 @@ route_quant_kernel(const __grid_constant__ RouteQuantParams p) {
   const bool on_input = p.weight_on_input != 0;  // uniform: the barrier below is too
   if (valid && role == 0) {
     float w = 1.0f;
+    const int64_t out = int64_t(t) * p.k_total;
     if (!p.routing_given) {
       const RouteDeviceParams rp{p.E, p.k, p.fn, p.renormalize, p.softcap, p.num_groups,
                                  p.topk_groups, p.bias, p.routed_scaling_factor};
       int id;
       route_token_warp<V, kPer>(rp, p.logits + int64_t(t) * p.logits_ld, lane, id, w);
       if (lane < p.k) {
-        p.topk_ids[int64_t(t) * p.k + lane] = id;
-        p.topk_weights[int64_t(t) * p.k + lane] = w;
+        p.topk_ids[out + lane] = id;
+        p.topk_weights[out + lane] = w;
       }
-    } else if (on_input) {
-      w = p.topk_weights[int64_t(t) * p.k];
+      w = __shfl_sync(0xffffffffu, w, 0);  // choice 0's weight (top-1 on the input)
+    } else {
+      if (p.given_ids && lane < p.k) {  // the layer's own [T, k_total] copy of the caller's
+        p.topk_ids[out + lane] = p.given_ids[int64_t(t) * p.k + lane];
+        p.topk_weights[out + lane] = p.given_weights[int64_t(t) * p.k + lane];
+      }
+      if (on_input) w = p.given_weights ? p.given_weights[int64_t(t) * p.k] : p.topk_weights[out];
     }
-    if (on_input && lane == 0) s_weight_in[slot] = w;  // top-1: choice 0's weight
+    if (p.k_total > p.k) route_shared(p, t, lane);
+    if (on_input && lane == 0) s_weight_in[slot] = w;
   }
   // With the weight on the input every warp needs the routing first; otherwise the routing warp
-  // is done and the token's other three warps quantize meanwhile.
+  // is done and the token's other warps write the rows meanwhile.
   if (on_input) __syncthreads();
-  if (!valid || (!on_input && role == 0)) return;
+  if (!valid || (!on_input && role == 0) || p.row_format == RowFormat::none) return;
   const int first = on_input ? role : role - 1;
   const int num = on_input ? Cfg::kWarpsPerToken : Cfg::kWarpsPerToken - 1;
-  quantize_row(p.x + int64_t(t) * p.ldx, p.K, on_input ? s_weight_in[slot] : 1.0f, on_input,
-               p.xq + int64_t(t) * p.K, p.sa + int64_t(t) * p.KB, first, num, lane);
+  emit_row(p, t, t, on_input ? s_weight_in[slot] : 1.0f, on_input, first, num, lane);
+  if (p.shared_rows) emit_row(p, int64_t(p.T) + t, t, 1.0f, false, first, num, lane);
 }
 
 }  // namespace fusedmoe::detail

@@ -1,7 +1,11 @@
 // Launcher of stage 1 (route + quantize); the only TU that includes its kernel.
-#include "quant/sm90_route_quant.cuh"
+#include "route/sm90_route_quant.cuh"
 
 #include <type_traits>
+
+#include "common/cuda_check.hpp"
+#include "common/launch.hpp"
+#include "fusedmoe/config.hpp"
 
 namespace fusedmoe::detail {
 

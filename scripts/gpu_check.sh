@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The GPU machine's check, run whenever device code changes: builds with CUDA, runs every test
+# (the gpu-labelled ones run for real there), then the sanitizer cases (GoogleTest filter
+# *Sanitizer*: shapes that wrap every k-stage and meta ring, use BLOCK_T=128 and several token
+# tiles per expert) under all four compute-sanitizer tools. Prints one summary line per step and
+# exits nonzero if any step failed.
+#   scripts/gpu_check.sh [--no-build] [--tools "memcheck racecheck"]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD_DIR=${FMOE_BUILD_DIR:-build}
+TOOLS="memcheck racecheck synccheck initcheck"
+BUILD=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-build) BUILD=0 ;;
+    --tools) TOOLS="$2"; shift ;;
+    *) echo "usage: scripts/gpu_check.sh [--no-build] [--tools \"memcheck ...\"]" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+summary=()
+status=0
+note() { summary+=("$1"); echo "[gpu_check] $1"; }
+
+if [ "$BUILD" = 1 ]; then
+  if ! ./scripts/setup.sh >"$BUILD_DIR.setup.log" 2>&1; then
+    tail -40 "$BUILD_DIR.setup.log"
+    echo "[gpu_check] build: FAILED (log: $BUILD_DIR.setup.log)"
+    exit 1
+  fi
+  note "build: ok ($(grep -c 'ptxas warning' "$BUILD_DIR.setup.log") ptxas warnings)"
+fi
+
+SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+
+# 1. Every test, GPU ones included.
+if (cd "$BUILD_DIR" && ctest --output-on-failure >ctest.log 2>&1); then
+  note "tests: $(grep -E 'tests passed' "$BUILD_DIR/ctest.log")"
+else
+  status=1
+  grep -E "Failed|\*\*\*|tests passed" "$BUILD_DIR/ctest.log" | tail -20
+  note "tests: FAILED: $(grep -E 'tests passed' "$BUILD_DIR/ctest.log")"
+fi
+
+# 2. The sanitizer cases under each tool.
+bins=()
+for b in "$BUILD_DIR"/test_*_gpu; do
+  [ -x "$b" ] || continue
+  if "$b" --gtest_list_tests --gtest_filter='*Sanitizer*' 2>/dev/null | grep -q '^  '; then bins+=("$b"); fi
+done
+if [ -z "$SAN" ]; then
+  note "sanitizers: compute-sanitizer not found"
+  status=1
+elif [ ${#bins[@]} -eq 0 ]; then
+  note "sanitizers: no test binary has *Sanitizer* cases"
+  status=1
+else
+  for tool in $TOOLS; do
+    extra=()
+    [ "$tool" = racecheck ] && extra=(--racecheck-report all)
+    total=0
+    failed=0
+    for b in "${bins[@]}"; do
+      log="$BUILD_DIR/sanitizer_${tool}_$(basename "$b").log"
+      "$SAN" --tool "$tool" "${extra[@]}" --error-exitcode 3 "$b" --gtest_filter='*Sanitizer*' >"$log" 2>&1
+      rc=$?
+      n=$(grep -Eo '(ERROR|RACECHECK) SUMMARY: [0-9]+' "$log" | grep -Eo '[0-9]+$' | tail -1)
+      n=${n:-0}
+      total=$((total + n))
+      if [ $rc -ne 0 ] || [ "$n" != 0 ]; then
+        failed=1
+        echo "[gpu_check] $tool on $(basename "$b"): rc $rc, $n reports; first lines:"
+        grep -E "=========" "$log" | head -20
+      fi
+    done
+    if [ $failed = 0 ]; then
+      note "$tool: 0 errors/hazards on ${#bins[@]} binaries (*Sanitizer* cases)"
+    else
+      status=1
+      note "$tool: FAILED ($total reports; logs in $BUILD_DIR/sanitizer_${tool}_*.log)"
+    fi
+  done
+fi
+
+echo
+echo "gpu_check summary:"
+for s in "${summary[@]}"; do echo "  $s"; done
+exit $status

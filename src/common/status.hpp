@@ -1,0 +1,13 @@
+// The status words every pipeline keeps at the start of its workspace: zeroed by the first stage
+// of each call, counted into by the stages that drop a route.
+#pragma once
+
+namespace fusedmoe::detail {
+
+enum StatusWord : int {
+  kStatusDropped = 0,  ///< routes dropped (expert id out of range, or repeated within a token)
+  kStatusDone = 1,     ///< the schedule kernel's done-CTA counter
+  kStatusWords = 4,
+};
+
+}  // namespace fusedmoe::detail

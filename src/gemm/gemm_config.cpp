@@ -1,0 +1,91 @@
+// Config table queries and the token-tile choice of the grouped GEMM (pure host code).
+#include "gemm/gemm_config.hpp"
+
+#include "fusedmoe/error.hpp"
+
+namespace fusedmoe::detail {
+
+GemmConfigInfo gemm_config_info(GemmConfigId id) {
+  using W = GemmWeights;
+  using R = GemmRows;
+  using Ep = GemmEpilogue;
+  switch (id) {
+#define FMOE_GG(name, bt, stages, weights, rows, epi) \
+  case GemmConfigId::name: return {#name, bt, stages, W::weights, R::rows, Ep::epi};
+#include "gemm/gemm_configs.def"
+#undef FMOE_GG
+    default: break;
+  }
+  FMOE_REQUIRE(false, "grouped_gemm: unknown config id %d", int(id));
+}
+
+GemmConfigId gemm_config_by_name(const std::string& name) {
+  for (int i = 0; i < int(GemmConfigId::count); ++i)
+    if (name == gemm_config_info(GemmConfigId(i)).name) return GemmConfigId(i);
+  return GemmConfigId::count;
+}
+
+const char* gemm_weights_name(GemmWeights w) { return w == GemmWeights::fp8_block ? "fp8" : "bf16"; }
+
+namespace {
+const char* family_name(GemmRows r, GemmEpilogue e) {
+  if (e == GemmEpilogue::swiglu) return "gate/up (swiglu epilogue)";
+  return r == GemmRows::gathered ? "projection (gathered rows, combine)" : "down (tma rows, combine)";
+}
+bool same_family(const GemmConfigInfo& c, const GemmFamily& f) {
+  return c.weights == f.weights && c.rows == f.rows && c.epilogue == f.epilogue;
+}
+}  // namespace
+
+GemmConfigId gemm_config_of(GemmWeights w, GemmRows rows, GemmEpilogue epi, int block_t) {
+  for (int i = 0; i < int(GemmConfigId::count); ++i) {
+    const GemmConfigInfo c = gemm_config_info(GemmConfigId(i));
+    if (c.block_t == block_t && same_family(c, {w, rows, epi})) return GemmConfigId(i);
+  }
+  FMOE_REQUIRE(false, "grouped_gemm: no compiled %s %s config with BLOCK_T=%d",
+               gemm_weights_name(w), family_name(rows, epi), block_t);
+}
+
+int select_block_t(int T, int k, int E, const std::string& forced,
+                   std::initializer_list<GemmFamily> families, std::string* reason) {
+  if (!forced.empty()) {
+    const GemmConfigId id = gemm_config_by_name(forced);
+    FMOE_REQUIRE(id != GemmConfigId::count, "FMOE_FORCE_CONFIG=%s names no grouped GEMM config",
+                 forced.c_str());
+    const GemmConfigInfo c = gemm_config_info(id);
+    bool ok = false;
+    for (const GemmFamily& f : families) ok = ok || same_family(c, f);
+    const GemmFamily& want = *families.begin();
+    FMOE_REQUIRE(ok, "FMOE_FORCE_CONFIG=%s is a %s %s config; this call runs %s %s", forced.c_str(),
+                 gemm_weights_name(c.weights), family_name(c.rows, c.epilogue),
+                 gemm_weights_name(want.weights), family_name(want.rows, want.epilogue));
+    if (reason) *reason = "forced by FMOE_FORCE_CONFIG";
+    return c.block_t;
+  }
+  // Weights are wgmma's M side and an expert's routes its N side (BLOCK_T), so the choice is
+  // about rows per expert: a tile narrower than an expert's rows streams its weights once per
+  // token tile (from L2 after the first, but still issue and smem work); a tile much wider
+  // computes and stages empty columns. Expected rows per expert: T * k / E.
+  const double rows = double(T) * k / E;
+  int bt;
+  const char* why;
+  if (rows <= 6) {
+    bt = 16;
+    why = "<= 6 rows per expert expected (decode): BLOCK_T=16 keeps nearly every expert in one "
+          "token tile (a Poisson(6) count exceeds 16 with probability < 0.1%)";
+  } else if (rows <= 16) {
+    bt = 32;
+    why = "7-16 rows per expert expected: BLOCK_T=32 holds the typical expert in one tile";
+  } else if (rows <= 40) {
+    bt = 64;
+    why = "17-40 rows per expert expected: BLOCK_T=64 holds the typical expert in one tile";
+  } else {
+    bt = 128;
+    why = "> 40 rows per expert expected: BLOCK_T=128, the widest tile whose two accumulators "
+          "(scratch + promoted) fit the consumer registers";
+  }
+  if (reason) *reason = why;
+  return bt;
+}
+
+}  // namespace fusedmoe::detail

@@ -1,0 +1,48 @@
+// The grouped GEMM's config table and its choice (host only, no CUDA: unit-tested without a GPU).
+#pragma once
+
+#include <initializer_list>
+#include <string>
+
+namespace fusedmoe::detail {
+
+enum class GemmWeights : int { fp8_block, bf16 };
+enum class GemmRows : int { gathered, tma };
+enum class GemmEpilogue : int { combine, swiglu };
+
+enum class GemmConfigId : int {
+#define FMOE_GG(name, bt, stages, weights, rows, epi) name,
+#include "gemm/gemm_configs.def"
+#undef FMOE_GG
+  count
+};
+
+struct GemmConfigInfo {
+  const char* name;
+  int block_t, stages;
+  GemmWeights weights;
+  GemmRows rows;
+  GemmEpilogue epilogue;
+};
+GemmConfigInfo gemm_config_info(GemmConfigId id);
+/// The config named `name`, or GemmConfigId::count when there is none.
+GemmConfigId gemm_config_by_name(const std::string& name);
+const char* gemm_weights_name(GemmWeights w);
+
+/// The config of one family with this token-tile width (Error if none is compiled).
+GemmConfigId gemm_config_of(GemmWeights w, GemmRows rows, GemmEpilogue epi, int block_t);
+
+/// The token-tile width (BLOCK_T) for a grouped GEMM whose experts get T*k/E rows on average,
+/// with the reason. One width serves both GEMMs of a layer (they share the schedule's table).
+/// `forced` (FMOE_FORCE_CONFIG) names a config of one of the families in `families` (a list of
+/// GemmConfigId of any width: the accepted (weights, rows, epilogue) combinations); its width
+/// wins. A forced name of another family is an Error naming both.
+struct GemmFamily {
+  GemmWeights weights;
+  GemmRows rows;
+  GemmEpilogue epilogue;
+};
+int select_block_t(int T, int k, int E, const std::string& forced,
+                   std::initializer_list<GemmFamily> families, std::string* reason);
+
+}  // namespace fusedmoe::detail

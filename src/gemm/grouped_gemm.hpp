@@ -1,0 +1,86 @@
+// Contract of the grouped GEMM engine (src/gemm/sm90_grouped_gemm.cuh): one persistent kernel
+// skeleton with swappable parts (tile scheduler, weight loader x row loader x MMA policy,
+// epilogue) that runs every GEMM of the MoE layer and of the FP8 projection.
+//
+// For every tile (expert e, weight tile wb, token tile tb) of the schedule:
+//   acc[n, c] = sum_k W[e, n, k] * A[row(c), k]          n in the tile's 128 weight rows,
+//                                                         c in its BLOCK_T route columns
+// with, for fp8_block weights, the per-128-K promotion acc += sb(e, n, kb) * sa(row(c), kb) * part.
+// Columns are routes of expert e: slots sorted_route[e*T + tb*BLOCK_T + c] (or, with the fused
+// schedule, expert e's routes in ascending route order). Rows:
+//   gathered  A = a[row(route)], row(route) = route / k (+ shared_row_offset for shared routes):
+//             one row per token, read by cp.async (projection, layer GEMM 1)
+//   tma       A = a[route_offsets[e] + tb*BLOCK_T + c]: compact rows in slot order, read by TMA
+//             (layer GEMM 2 reads GEMM 1's output)
+// Epilogues:
+//   combine   out[token(c), n] += w(c) * (acc + bias[e, n]) (fp32 atomics), or in deterministic
+//             mode out[route(c), n] = ... (one row per route, whole tiles, no split K)
+//   swiglu    weight rows come in 8-row gate/up pairs (the layer's prepared layout, see
+//             src/layer): h[row(c), 64*wb + i] = act(gate_i + bg, up_i + bu), stored as e4m3
+//             with one fp32 scale per 64 (h_scale) or as bf16; whole tiles only
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "gemm/gemm_config.hpp"
+
+namespace fusedmoe::detail {
+
+/// Experts one GEMM launch can address (routed + shared chunks): the tile table lives in shared
+/// memory. The layer and the projection refuse more (see their validation).
+constexpr int kGemmMaxExperts = 520;
+/// Routes up to which a BLOCK_T <= 64 config can fuse the schedule into the GEMM (ids staged in
+/// shared memory), and up to which the hosts choose to (moe_fp8.cpp says why).
+constexpr int kMaxFusedRoutes = 4096;
+constexpr int kFusedScheduleRoutes = 512;
+
+struct GroupedGemmParams {
+  // ---- weights: [E * n_rows, K] row-major, TMA box 128 rows x 128 bytes, 128B swizzle
+  CUtensorMap w_desc;
+  const float* w_scale;       // fp8: [E, NB, KB, sb_groups]
+  int sb_groups;              // 1: one scale per (128-row tile, k-block) (DeepSeek's layout);
+                              // 16: one per 8-row group (the layer's gate/up layout)
+  int n_rows;                 // weight rows per expert in w_desc (NB * 128 for prepared layouts)
+  // ---- activations
+  const uint8_t* a;           // gathered: rows of K elements, row stride lda bytes
+  int64_t lda;
+  CUtensorMap a_desc;         // tma: [R, K] rows, box BLOCK_T x 128 bytes, 128B swizzle
+  const float* sa;            // fp8: activation scales, row r's at sa + r * sa_ld
+  int64_t sa_ld;
+  int shared_row_offset;      // gathered: routes j >= k_routed read row token + this
+  // ---- routing and the schedule (src/schedule)
+  const int32_t* counts;        // [E]
+  const int32_t* tile_offsets;  // [E + 1] token tiles
+  const int32_t* route_offsets; // [E + 1]
+  const int32_t* sorted_route;  // [E * T]
+  const float* topk_weights;    // [T * k]
+  const int32_t* topk_ids;      // [T * k] (fused schedule)
+  int32_t* status;              // (fused schedule: dropped ids)
+  int T, E, k;                  // k: routes per token (routed + shared)
+  int k_routed;                 // routes j < k_routed are routed, the rest shared
+  int weight_on_input;          // routed routes have weight 1 in the combine (it is on the input)
+  int fused_schedule, R;        // R = T * k
+  int static_tiles;             // tiles [0, E*NB): (e, wb, tb 0) for every expert
+  // ---- the problem
+  int N, K, KB, NB;             // N: real output rows per expert (combine), NB: weight tiles
+  // ---- epilogue
+  int deterministic;            // combine: one row per route, whole tiles
+  float* out;                   // combine: fast [T, N]; deterministic [R, N]
+  const float* bias;            // combine: [E, N], added once; swiglu: [E, NB * 128] prepared rows
+  uint8_t* h;                   // swiglu: [R, ldh bytes] intermediate rows
+  int64_t ldh;
+  float* h_scale;               // swiglu fp8: [R, h_scale_ld] one scale per 64 columns
+  int64_t h_scale_ld;
+  int act_clamped;              // swiglu: gpt-oss's clamped variant
+  float act_alpha, act_limit;
+  int prefetch_units;           // L2 prefetch of the weights expected first (0: off)
+};
+
+/// Persistent launch, one CTA per SM, chained with PDL.
+void launch_grouped_gemm(GemmConfigId id, const GroupedGemmParams& p, int num_sms,
+                         cudaStream_t stream);
+
+}  // namespace fusedmoe::detail

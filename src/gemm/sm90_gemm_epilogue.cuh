@@ -1,0 +1,146 @@
+// The grouped GEMM's epilogues. They read the accumulators and the tile's meta slot (segment and
+// columns), never a k-stage. Fragment layout (sm90_gemm_mainloop.cuh): acc[4b + 2r + h] is weight
+// row 64 wgc + 16 warp + lane/4 + 8r of the tile, column 8b + 2(lane%4) + h.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include "common/ptx/sm90_ptx.cuh"
+#include "gemm/sm90_gemm_scheduler.cuh"
+
+namespace fusedmoe::detail {
+
+template <class Cfg, GemmEpilogue kEpi = Cfg::kEpi>
+struct Epilogue;
+
+// combine: out[token, n] += w * (acc + bias[e, n]) by fp32 atomics (the bias once per tile: by
+// the segment that starts at k-block 0), or in deterministic mode out[route, n] = ... (whole
+// tiles, every element written once by one CTA in a fixed order).
+template <class Cfg>
+struct Epilogue<Cfg, GemmEpilogue::combine> {
+  __device__ static void store(const GroupedGemmParams& p, const Segment& s,
+                               const typename Cfg::TileMeta& m, typename Cfg::SharedStorage&,
+                               const float (&acc)[Cfg::kAccRegs], int wgc, int tid) {
+    const int warp = tid / 32, lane = tid % 32;
+    const int n_a = s.wb * Cfg::BLOCK_W + 64 * wgc + 16 * warp + lane / 4;  // rows n_a, n_a + 8
+    const int n_b = n_a + 8;
+    float bias_a = 0.0f, bias_b = 0.0f;
+    if (p.bias && s.kb0 == 0) {
+      const float* b = p.bias + int64_t(s.e) * p.N;
+      bias_a = n_a < p.N ? b[n_a] : 0.0f;
+      bias_b = n_b < p.N ? b[n_b] : 0.0f;
+    }
+#pragma unroll
+    for (int b = 0; b < Cfg::BLOCK_T / 8; ++b) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int col = 8 * b + 2 * (lane % 4) + h;
+        const int route = m.col_route[col];
+        if (route < 0) continue;  // absent column
+        const float w = m.col_weight[col];
+        const float va = (acc[4 * b + h] + bias_a) * w, vb = (acc[4 * b + 2 + h] + bias_b) * w;
+        float* row = p.out + int64_t(p.deterministic ? route : route / p.k) * p.N;
+        if (p.deterministic) {
+          if (n_a < p.N) row[n_a] = va;
+          if (n_b < p.N) row[n_b] = vb;
+        } else {
+          if (n_a < p.N) atomicAdd(row + n_a, va);  // result unused: compiles to RED
+          if (n_b < p.N) atomicAdd(row + n_b, vb);
+        }
+      }
+    }
+  }
+};
+
+// swiglu: the tile's weight rows are 8-row gate/up pairs (row 16g + r is gate, 16g + 8 + r up, of
+// intermediate index 8g + r of the tile's 64), so each thread holds matching gate and up values:
+//   v = silu(gate + bg) * (up + bu), or gpt-oss's clamped (up + 1) * gate * sigmoid(alpha * gate)
+// with gate <= limit and |up| <= limit. Then, per column (route) and the tile's 64 intermediate
+// values: fp8: amax over the 64 (warp shuffles, then 8 warps through shared memory), scale =
+// amax / 448, codes e4m3(v * 448 / amax) (the host quantizer's operations, block 64); bf16: RNE.
+// The codes go through a staging tile in shared memory so each row leaves as 16-byte stores.
+// Named barrier 2 spans the two consumer warpgroups.
+template <class Cfg>
+struct Epilogue<Cfg, GemmEpilogue::swiglu> {
+  __device__ static void sync_consumers() { asm volatile("bar.sync 2, 256;\n" ::: "memory"); }
+
+  __device__ static float activation(const GroupedGemmParams& p, float g, float u) {
+    if (p.act_clamped) {
+      // Comparisons, not fminf: a NaN must stay NaN (as in the reference).
+      g = g > p.act_limit ? p.act_limit : g;
+      u = u > p.act_limit ? p.act_limit : (u < -p.act_limit ? -p.act_limit : u);
+      return (u + 1.0f) * g / (1.0f + __expf(-p.act_alpha * g));
+    }
+    return g / (1.0f + __expf(-g)) * u;
+  }
+
+  __device__ static void store(const GroupedGemmParams& p, const Segment& s,
+                               const typename Cfg::TileMeta& m, typename Cfg::SharedStorage& ss,
+                               const float (&acc)[Cfg::kAccRegs], int wgc, int tid) {
+    auto& sg = ss.staging;
+    const int warp = tid / 32, lane = tid % 32;
+    const int ctid = wgc * 128 + tid;                   // 0..255 over both consumer warpgroups
+    const int group = 4 * wgc + warp;                   // 8-row gate/up group of the tile
+    const int i_loc = 8 * group + lane / 4;             // intermediate index within the tile's 64
+    float bg = 0.0f, bu = 0.0f;
+    if (p.bias) {
+      const float* b = p.bias + int64_t(s.e) * p.n_rows + s.wb * Cfg::BLOCK_W + 16 * group + lane / 4;
+      bg = b[0];
+      bu = b[8];
+    }
+    float v[Cfg::BLOCK_T / 4];  // this thread's columns 8b + 2(lane%4) + h, index 2b + h
+#pragma unroll
+    for (int b = 0; b < Cfg::BLOCK_T / 8; ++b)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) v[2 * b + h] = activation(p, acc[4 * b + h] + bg, acc[4 * b + 2 + h] + bu);
+
+    if constexpr (Cfg::kFp8) {
+      // Column amax over this warp's 8 intermediate rows: lanes with the same lane % 4.
+#pragma unroll
+      for (int i = 0; i < Cfg::BLOCK_T / 4; ++i) {
+        float a = fabsf(v[i]);
+        a = ptx::abs_max_nan(a, __shfl_xor_sync(0xffffffffu, a, 4));
+        a = ptx::abs_max_nan(a, __shfl_xor_sync(0xffffffffu, a, 8));
+        a = ptx::abs_max_nan(a, __shfl_xor_sync(0xffffffffu, a, 16));
+        if (lane < 4) sg.amax[group][8 * (i / 2) + 2 * lane + i % 2] = a;
+      }
+      sync_consumers();
+      if (ctid < Cfg::BLOCK_T) {
+        float a = 0.0f;
+#pragma unroll
+        for (int g = 0; g < 8; ++g) a = ptx::abs_max_nan(a, sg.amax[g][ctid]);
+        // Same operations as the host quantizer (fmt::quantize_fp8_block).
+        sg.scale[ctid] = a == 0.0f ? 0.0f : a / 448.0f;
+        sg.inv[ctid] = a == 0.0f ? 0.0f : 448.0f / a;
+      }
+      sync_consumers();
+#pragma unroll
+      for (int i = 0; i < Cfg::BLOCK_T / 4; ++i) {
+        const int col = 8 * (i / 2) + 2 * (lane % 4) + i % 2;
+        const __nv_fp8_storage_t code = __nv_cvt_float_to_fp8(v[i] * sg.inv[col], __NV_SATFINITE, __NV_E4M3);
+        sg.tile[col][i_loc] = code;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < Cfg::BLOCK_T / 4; ++i) {
+        const int col = 8 * (i / 2) + 2 * (lane % 4) + i % 2;
+        reinterpret_cast<__nv_bfloat16*>(sg.tile[col])[i_loc] = __float2bfloat16_rn(v[i]);
+      }
+    }
+    sync_consumers();
+    // Row c of the tile -> h[row0 + c, 64 wb ...]: 64 values, 16 bytes per thread per step.
+    constexpr int kRowBytes = 64 * Cfg::kElemBytes, kChunks = kRowBytes / 16;
+    for (int i = ctid; i < s.nrows * kChunks; i += 256) {
+      const int c = i / kChunks, chunk = i % kChunks;
+      const uint4 val = *reinterpret_cast<const uint4*>(&sg.tile[c][16 * chunk]);
+      uint8_t* dst = p.h + int64_t(s.row0 + c) * p.ldh + int64_t(s.wb) * kRowBytes + 16 * chunk;
+      *reinterpret_cast<uint4*>(dst) = val;
+    }
+    if constexpr (Cfg::kFp8) {
+      if (ctid < s.nrows) p.h_scale[int64_t(s.row0 + ctid) * p.h_scale_ld + s.wb] = sg.scale[ctid];
+    }
+  }
+};
+
+}  // namespace fusedmoe::detail

@@ -1,0 +1,201 @@
+// The grouped GEMM's mainloop parts: what fills a k-stage (weight loader x row loader) and what
+// consumes it (MMA policy). A stage is (128 weight rows x 128 bytes) + (BLOCK_T rows x 128 bytes),
+// both K-major with the 128-byte swizzle TMA writes and wgmma reads, plus the fp8 scales:
+//   weights fp8_block: 128 K per stage, sb[16] = the weight scale of each 8-row group
+//   weights bf16:       64 K per stage, no scales
+//   rows gathered:      cp.async of 16-byte chunks from the row of each column's token
+//                       (+ sa[0][c] = its per-128 scale, fp8)
+//   rows tma:           one TMA box of BLOCK_T compact rows (+ sa[0..1][c] = per-64 scales, fp8)
+// Contract between the parts: the producer's 128 threads call issue() of both loaders for every
+// stage, then arrive on the stage's full barrier (thread 0 with the TMA bytes, all with cp.async
+// arrivals when Cfg::kCpAsync); the MMA reads only the stage and its own registers.
+#pragma once
+
+#include <cuda/ptx>
+
+#include "common/ptx/sm90_ptx.cuh"
+#include "common/ptx/wgmma_bf16.cuh"
+#include "common/ptx/wgmma_fp8.cuh"
+#include "gemm/sm90_gemm_scheduler.cuh"
+
+namespace fusedmoe::detail {
+
+// ---- weight loader ----------------------------------------------------------------------------
+template <class Cfg>
+struct WeightLoader {
+  // Stage kb of segment s: the weight box by TMA (thread 0); fp8: the 16 group scales by cp.async
+  // (threads 0-15; with one scale per tile every group reads the same float).
+  __device__ static void issue(const GroupedGemmParams& p, const Segment& s, int kb,
+                               typename Cfg::Stage& st, uint64_t* full, int tid) {
+    namespace cptx = cuda::ptx;
+    if (tid == 0) {
+      const int32_t coords[2] = {kb * Cfg::BLOCK_K, s.e * p.n_rows + s.wb * Cfg::BLOCK_W};
+      cptx::cp_async_bulk_tensor(cptx::space_cluster, cptx::space_global, st.w, &p.w_desc, coords,
+                                 full);
+    }
+    if constexpr (Cfg::kFp8) {
+      if (tid < 16) {
+        const int64_t tile_kb = (int64_t(s.e) * p.NB + s.wb) * p.KB + kb;
+        const float* src = p.w_scale + tile_kb * p.sb_groups + (p.sb_groups == 16 ? tid : 0);
+        ptx::cp_async_4(ptx::smem_addr(&st.sb[tid]), src, 4);
+      }
+    }
+  }
+};
+
+// ---- row loaders ------------------------------------------------------------------------------
+template <class Cfg, GemmRows kRows = Cfg::kRows>
+struct RowLoader;
+
+// One row per token, gathered: route r of a column reads row r / k (+ shared_row_offset when r is
+// a shared route). This thread copies 16-byte chunk (tid % 8) of rows tid / 8 + 16 j.
+// NOTE: one TMA box per row (Hopper's TMA has no row gather) was measured slower on H100 at
+// BLOCK_T=128 (T=2048: 189 vs 146 us for the projection GEMM).
+template <class Cfg>
+struct RowLoader<Cfg, GemmRows::gathered> {
+  static constexpr int kChunksPerThread = (Cfg::BLOCK_T * 8 + 127) / 128;
+  int row[kChunksPerThread];  // activation row of each chunk's tile row, -1: absent column
+  int col_row;                // activation row of column tid (fp8 scales), -1: absent
+
+  __device__ static int row_of(const GroupedGemmParams& p, int route) {
+    if (route < 0) return -1;
+    const int token = route / p.k;
+    return route % p.k < p.k_routed ? token : token + p.shared_row_offset;
+  }
+
+  // Reads the tile's column routes from its meta slot (published, producer barrier passed).
+  __device__ RowLoader(const GroupedGemmParams& p, const typename Cfg::TileMeta& m, int tid) {
+#pragma unroll
+    for (int j = 0; j < kChunksPerThread; ++j) {
+      const int r = tid / 8 + 16 * j;
+      row[j] = r < Cfg::BLOCK_T ? row_of(p, m.col_route[r]) : -1;
+    }
+    col_row = tid < Cfg::BLOCK_T ? row_of(p, m.col_route[tid]) : -1;
+  }
+
+  __device__ void issue(const GroupedGemmParams& p, const Segment& s, int kb,
+                        typename Cfg::Stage& st, uint64_t* full, int tid) const {
+    const int chunk = tid % 8;
+    const int64_t k_byte = int64_t(kb) * 128 + chunk * 16;
+    // Zero-fill padding columns (beyond K) and absent rows: no garbage (or NaN codes) ever meets
+    // a weight.
+    const bool in_k = k_byte < int64_t(p.K) * Cfg::kElemBytes;
+    const uint32_t a_base = ptx::smem_addr(st.a);
+#pragma unroll
+    for (int j = 0; j < kChunksPerThread; ++j) {
+      const int r = tid / 8 + 16 * j;
+      if (r < Cfg::BLOCK_T) {
+        const bool ok = row[j] >= 0 && in_k;
+        const uint8_t* src = ok ? p.a + int64_t(row[j]) * p.lda + k_byte : p.a;
+        ptx::cp_async_16(a_base + ptx::swizzle128_offset(r, chunk), src, ok ? 16 : 0);
+      }
+    }
+    if constexpr (Cfg::kFp8) {
+      if (tid < Cfg::BLOCK_T) {
+        const float* src = p.sa + (col_row >= 0 ? int64_t(col_row) * p.sa_ld + kb : 0);
+        ptx::cp_async_4(ptx::smem_addr(&st.sa[0][tid]), src, col_row >= 0 ? 4 : 0);
+      }
+    }
+  }
+};
+
+// Compact rows, contiguous per tile: rows [row0, row0 + BLOCK_T) by one TMA box (thread 0). Rows
+// past the expert's routes belong to the next expert (their columns are discarded by the
+// epilogue); rows past the tensor's end arrive as zeros. fp8: the two per-64 scales of each real
+// column by cp.async.
+template <class Cfg>
+struct RowLoader<Cfg, GemmRows::tma> {
+  __device__ RowLoader(const GroupedGemmParams&, const typename Cfg::TileMeta&, int) {}
+
+  __device__ void issue(const GroupedGemmParams& p, const Segment& s, int kb,
+                        typename Cfg::Stage& st, uint64_t* full, int tid) const {
+    namespace cptx = cuda::ptx;
+    if (tid == 0) {
+      const int32_t coords[2] = {kb * Cfg::BLOCK_K, s.row0};
+      cptx::cp_async_bulk_tensor(cptx::space_cluster, cptx::space_global, st.a, &p.a_desc, coords,
+                                 full);
+    }
+    if constexpr (Cfg::kFp8) {
+      static_assert(Cfg::kScaleBlocks == 2, "the intermediate has one scale per 64 columns");
+      if (tid < Cfg::BLOCK_T) {
+        const bool ok = tid < s.nrows;
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          const int blk = 2 * kb + b;
+          // A K tail inside the last block has fewer blocks: clamp the read, zero the scale.
+          const bool in_k = blk * 64 < p.K;
+          const float* src = p.sa + (ok && in_k ? int64_t(s.row0 + tid) * p.sa_ld + blk : 0);
+          ptx::cp_async_4(ptx::smem_addr(&st.sa[b][tid]), src, ok && in_k ? 4 : 0);
+        }
+      }
+    }
+  }
+};
+
+// ---- MMA policies -----------------------------------------------------------------------------
+// Accumulator fragment of a consumer warpgroup (64 weight rows x BLOCK_T columns), per thread:
+// acc[4b + 2r + h] is row 16 * warp + lane / 4 + 8 r, column 8 b + 2 (lane % 4) + h.
+template <class Cfg, bool kFp8 = Cfg::kFp8>
+struct Mma;
+
+// FP8 with per-block promotion: each scale block of K (128, or 64 for the intermediate) is summed
+// by wgmma into a scratch fragment, then added to the running sum times sb(row group) * sa(column).
+template <class Cfg>
+struct Mma<Cfg, true> {
+  static constexpr int kSteps = Cfg::BLOCK_K / 32 / Cfg::kScaleBlocks;  // k32 wgmmas per block
+  float part[Cfg::kAccRegs];  // (64 rows, BLOCK_T cols) for one scale block, before scaling
+
+  __device__ void stage(const typename Cfg::Stage& st, float (&acc)[Cfg::kAccRegs], int wgc,
+                        int tid) {
+    using W = ptx::WgmmaFp8<Cfg::BLOCK_T>;
+    const int warp = tid / 32, lane = tid % 32;
+    const uint64_t desc_w = ptx::smem_desc_k128b(st.w + wgc * 64 * 128);
+    const uint64_t desc_a = ptx::smem_desc_k128b(st.a);
+    // The weight scales of this thread's two rows: gate/up pairs in the layer's layout.
+    const float sb_a = st.sb[(4 * wgc + warp) * 2], sb_b = st.sb[(4 * wgc + warp) * 2 + 1];
+#pragma unroll
+    for (int blk = 0; blk < Cfg::kScaleBlocks; ++blk) {
+#pragma unroll
+      for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(part[i]);
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kSteps; ++kk)  // 32 bytes of K = 2 in descriptor units
+        W::mma(desc_w + 2 * (blk * kSteps + kk), desc_a + 2 * (blk * kSteps + kk), part, kk > 0);
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(part[i]);
+#pragma unroll
+      for (int b = 0; b < Cfg::BLOCK_T / 8; ++b)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float sa = st.sa[blk][8 * b + 2 * (lane % 4) + h];
+          acc[4 * b + h] = fmaf(part[4 * b + h], sb_a * sa, acc[4 * b + h]);
+          acc[4 * b + 2 + h] = fmaf(part[4 * b + 2 + h], sb_b * sa, acc[4 * b + 2 + h]);
+        }
+    }
+  }
+};
+
+// BF16: wgmma accumulates straight into the running sum (zeroed at the tile's start).
+template <class Cfg>
+struct Mma<Cfg, false> {
+  __device__ void stage(const typename Cfg::Stage& st, float (&acc)[Cfg::kAccRegs], int wgc,
+                        int tid) {
+    using W = ptx::WgmmaBf16<Cfg::BLOCK_T>;
+    const uint64_t desc_w = ptx::smem_desc_k128b(st.w + wgc * 64 * 128);
+    const uint64_t desc_a = ptx::smem_desc_k128b(st.a);
+#pragma unroll
+    for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(acc[i]);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Cfg::BLOCK_K / 16; ++kk)  // k16 = 32 bytes = 2 descriptor units
+      W::mma(desc_w + 2 * kk, desc_a + 2 * kk, acc, 1);
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(acc[i]);
+  }
+};
+
+}  // namespace fusedmoe::detail

@@ -1,0 +1,226 @@
+// The grouped GEMM's tile scheduler: which (expert, weight tile, token tile, k range) a CTA does
+// next, and the route columns of that tile.
+//
+// Tiles are numbered from the schedule's table (src/schedule): with NB weight tiles per expert,
+// expert e owns tiles [NB * tile_offsets[e], NB * tile_offsets[e + 1]) with token tiles innermost
+// (consecutive tiles share a weight tile, so its bytes are read from L2 after the first). With
+// static_tiles, tiles [0, E * NB) are (e, wb, token tile 0) of every expert, empty or not, so the
+// numbering is known before the routing exists; empty ones are skipped. A persistent grid walks
+// the tiles: round robin over whole tiles, then (fast combine only) stream-K over equal shares of
+// (tile, k-block) units, so no CTA idles through a partial last wave. Deterministic combine and the
+// swiglu epilogue need whole tiles (one CTA computes each output in a fixed order; the activation
+// needs the full sum).
+//
+// Only the producer walks; it publishes each tile's segment and columns through the meta ring
+// (one slot per tile, its own full/empty barriers), so a k-stage never carries tile metadata.
+#pragma once
+
+#include <cub/block/block_scan.cuh>
+
+#include "common/status.hpp"
+#include "gemm/grouped_gemm.hpp"
+#include "schedule/sm90_route_drop.cuh"
+
+namespace fusedmoe::detail {
+
+// One contiguous piece of work: k-blocks [kb0, kb1) of tile (e, wb, tb).
+struct Segment {
+  int e;       // expert; < 0: no more work (the consumers' stop signal)
+  int wb, tb;  // weight tile, token tile
+  int kb0, kb1;
+  int slot0;   // first slot of the tile in sorted_route (e * T + tb * BLOCK_T)
+  int nrows;   // real columns of the tile (<= BLOCK_T)
+  int row0;    // compact row of the first column: route_offsets[e] + tb * BLOCK_T
+};
+
+template <class Cfg>
+struct TileScheduler {
+  const GroupedGemmParams& p;
+  const typename Cfg::SharedStorage& ss;
+  int64_t tile_rr, rr_end, stride;  // whole-tile phase: next tile, where it ends, the stride
+  int64_t unit, unit_end;           // stream-K phase: (tile * KB + kb) units
+
+  // Whole tiles handed out round robin before the stream-K tail (all of them when the epilogue
+  // needs whole tiles). Fast combine: all but the last full wave and the partial wave, so at any
+  // moment the CTAs work on neighbouring tiles (few experts, their weights and rows in L2).
+  __device__ static int64_t whole_tiles(const GroupedGemmParams& p, int64_t tiles, int ctas) {
+    if (Cfg::kEpi == GemmEpilogue::swiglu || p.deterministic) return tiles;
+    const int64_t waves = tiles / ctas;
+    return waves >= 2 ? (waves - 1) * ctas : 0;
+  }
+
+  __device__ static int64_t static_tiles(const GroupedGemmParams& p) {
+    return p.static_tiles ? int64_t(p.E) * p.NB : 0;
+  }
+
+  __device__ TileScheduler(const GroupedGemmParams& params, const typename Cfg::SharedStorage& s,
+                           int cta, int ctas)
+      : p(params), ss(s) {
+    const int64_t tiles = static_tiles(p) + int64_t(p.NB) * ss.tile_offsets[p.E];
+    rr_end = whole_tiles(p, tiles, ctas);
+    tile_rr = cta;
+    stride = ctas;
+    const int64_t tail_units = (tiles - rr_end) * p.KB;
+    unit = rr_end * p.KB + tail_units * cta / ctas;
+    unit_end = rr_end * p.KB + tail_units * (cta + 1) / ctas;
+  }
+
+  // Routes of expert e the GEMM may use (the schedule kernel dropped those past T slots).
+  __device__ int count_of(int e) const {
+    return Cfg::kFusedRoutes > 0 && p.fused_schedule ? ss.counts[e] : min(ss.counts[e], p.T);
+  }
+
+  __device__ bool next(Segment& s) {
+    while (next_any(s))
+      if (s.nrows > 0) return true;  // skip the static tiles of empty experts
+    return false;
+  }
+
+  __device__ bool next_any(Segment& s) {
+    int64_t tile;
+    if (tile_rr < rr_end) {
+      tile = tile_rr;
+      tile_rr += stride;
+      s.kb0 = 0;
+      s.kb1 = p.KB;
+    } else {
+      if (unit >= unit_end) return false;
+      tile = unit / p.KB;
+      s.kb0 = int(unit % p.KB);
+      const int64_t left = unit_end - unit;
+      s.kb1 = left < p.KB - s.kb0 ? s.kb0 + int(left) : p.KB;
+      unit += s.kb1 - s.kb0;
+    }
+    if (tile < static_tiles(p)) {
+      s.e = int(tile / p.NB);
+      s.wb = int(tile % p.NB);
+      s.tb = 0;
+    } else {
+      tile -= static_tiles(p);
+      // Expert of the tile: the last e with NB * tile_offsets[e] <= tile (empty experts repeat).
+      int lo = 0, hi = p.E;  // invariant: NB * tile_offsets[lo] <= tile < NB * tile_offsets[hi]
+      while (hi - lo > 1) {
+        const int mid = (lo + hi) >> 1;
+        if (int64_t(p.NB) * ss.tile_offsets[mid] <= tile) lo = mid; else hi = mid;
+      }
+      s.e = lo;
+      const int local = int(tile - int64_t(p.NB) * ss.tile_offsets[lo]);
+      const int token_tiles = ss.tile_offsets[lo + 1] - ss.tile_offsets[lo];
+      s.wb = local / token_tiles;
+      s.tb = (p.static_tiles ? 1 : 0) + local % token_tiles;
+    }
+    s.slot0 = s.e * p.T + s.tb * Cfg::BLOCK_T;
+    s.row0 = ss.route_offsets[s.e] + s.tb * Cfg::BLOCK_T;
+    s.nrows = min(Cfg::BLOCK_T, count_of(s.e) - s.tb * Cfg::BLOCK_T);
+    return true;
+  }
+};
+
+// The schedule, in every CTA's shared memory: copied from the schedule kernel's output, or built
+// from the ids (fused schedule, decode): stage the ids (a dropped route is -1: an id outside
+// [0, E) or one its token already chose, counted once by CTA 0), count routes per expert, and scan
+// the token tiles and the route offsets. The same table the schedule kernel builds from the same
+// ids. All threads of the CTA.
+template <class Cfg>
+__device__ void load_schedule(const GroupedGemmParams& p, typename Cfg::SharedStorage& ss) {
+  if (!(Cfg::kFusedRoutes > 0 && p.fused_schedule)) {
+    for (int e = threadIdx.x; e <= p.E; e += Cfg::kThreads) {
+      ss.tile_offsets[e] = p.tile_offsets[e];
+      ss.route_offsets[e] = p.route_offsets[e];
+      if (e < p.E) ss.counts[e] = p.counts[e];
+    }
+    return;
+  }
+  for (int e = threadIdx.x; e < p.E; e += Cfg::kThreads) ss.counts[e] = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < p.R; i += Cfg::kThreads) {
+    const bool dropped = route_dropped(p.topk_ids, i, p.k, p.E);
+    const int e = dropped ? -1 : p.topk_ids[i];
+    ss.ids[i] = e;
+    if (!dropped) atomicAdd(&ss.counts[e], 1);
+    else if (blockIdx.x == 0) atomicAdd(p.status + kStatusDropped, 1);
+  }
+  __syncthreads();
+  constexpr int kPer = (Cfg::kMaxExperts + Cfg::kThreads - 1) / Cfg::kThreads;
+  int tiles[kPer], routes[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = threadIdx.x * kPer + i;
+    const int count = e < p.E ? ss.counts[e] : 0;
+    const int token_tiles = (count + Cfg::BLOCK_T - 1) / Cfg::BLOCK_T;
+    tiles[i] = max(token_tiles - (p.static_tiles ? 1 : 0), 0);
+    routes[i] = count;
+  }
+  int total_tiles = 0, total_routes = 0;
+  cub::BlockScan<int, Cfg::kThreads>(ss.scan).ExclusiveSum(tiles, tiles, total_tiles);
+  __syncthreads();  // the scan storage is reused
+  cub::BlockScan<int, Cfg::kThreads>(ss.scan).ExclusiveSum(routes, routes, total_routes);
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = threadIdx.x * kPer + i;
+    if (e < p.E) {
+      ss.tile_offsets[e] = tiles[i];
+      ss.route_offsets[e] = routes[i];
+    }
+  }
+  if (threadIdx.x == 0) {
+    ss.tile_offsets[p.E] = total_tiles;
+    ss.route_offsets[p.E] = total_routes;
+  }
+}
+
+// Fused schedule: the routes of tile s's columns are expert s.e's routes in ascending route order,
+// ranks [tb * BLOCK_T, tb * BLOCK_T + nrows): every CTA (and both GEMMs of a layer) derive the same
+// order from the ids alone. The 128 producer threads rank 128 ids per step (ballot + per-warp
+// counts; named barrier 1: the producer warpgroup only).
+template <class Cfg>
+__device__ void build_columns(const GroupedGemmParams& p, typename Cfg::SharedStorage& ss,
+                              const Segment& s, int32_t* col_route, int tid) {
+  const int warp = tid / 32, lane = tid % 32;
+  const int first = s.tb * Cfg::BLOCK_T, last = first + s.nrows;
+  int base = 0;
+  for (int i0 = 0; i0 < p.R && base < last; i0 += 128) {
+    const int i = i0 + tid;
+    const bool match = i < p.R && ss.ids[i] == s.e;
+    const uint32_t ballot = __ballot_sync(0xffffffffu, match);
+    if (lane == 0) ss.warp_count[warp] = __popc(ballot);
+    asm volatile("bar.sync 1, 128;\n" ::: "memory");
+    int before = base, total = base;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const int c = ss.warp_count[w];
+      before += w < warp ? c : 0;
+      total += c;
+    }
+    const int rank = before + __popc(ballot & ((1u << lane) - 1u));
+    if (match && rank >= first && rank < last) col_route[rank - first] = i;
+    base = total;
+    asm volatile("bar.sync 1, 128;\n" ::: "memory");  // warp_count is rewritten next step
+  }
+}
+
+// Writes tile s's columns into its meta slot: the route of each column (-1: absent) and, for the
+// combine, its routing weight (1 for a routed route whose weight went on the input). Producer
+// warpgroup; on return every producer thread sees the slot's routes (named barrier 1).
+template <class Cfg>
+__device__ void publish_columns(const GroupedGemmParams& p, typename Cfg::SharedStorage& ss,
+                                const Segment& s, typename Cfg::TileMeta& m, int tid) {
+  const bool fused = Cfg::kFusedRoutes > 0 && p.fused_schedule;
+  if (tid < Cfg::BLOCK_T)
+    m.col_route[tid] = !fused && tid < s.nrows ? p.sorted_route[s.slot0 + tid] : -1;
+  if (fused) {
+    asm volatile("bar.sync 1, 128;\n" ::: "memory");  // the -1 fill lands before the ranks
+    build_columns<Cfg>(p, ss, s, m.col_route, tid);
+  }
+  asm volatile("bar.sync 1, 128;\n" ::: "memory");
+  if (Cfg::kEpi == GemmEpilogue::combine && tid < Cfg::BLOCK_T) {
+    const int route = m.col_route[tid];
+    float w = 0.0f;
+    if (route >= 0)
+      w = p.weight_on_input && route % p.k < p.k_routed ? 1.0f : p.topk_weights[route];
+    m.col_weight[tid] = w;
+  }
+  if (tid == 0) m.seg = s;
+}
+
+}  // namespace fusedmoe::detail

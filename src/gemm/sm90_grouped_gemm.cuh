@@ -1,0 +1,257 @@
+// The grouped GEMM engine's kernel skeleton (contract: grouped_gemm.hpp). It only wires roles and
+// rings; the parts are swapped in by the config:
+//   TileScheduler   sm90_gemm_scheduler.cuh   which tile next, its columns (meta ring)
+//   WeightLoader    sm90_gemm_mainloop.cuh    fp8_block (TMA + group scales) | bf16 (TMA)
+//   RowLoader       sm90_gemm_mainloop.cuh    gathered (cp.async) | tma (compact rows)
+//   Mma             sm90_gemm_mainloop.cuh    fp8 with per-block promotion | bf16
+//   Epilogue        sm90_gemm_epilogue.cuh    combine | swiglu
+// Roles: warpgroup 0 produces (walks the tiles, publishes each tile's meta slot, fills a
+// kStages-deep k-stage ring), warpgroups 1-2 consume (64 weight rows each: MMA per stage, then the
+// epilogue from registers and the meta slot). Persistent: one CTA per SM, launched with PDL.
+#pragma once
+
+#include <cub/block/block_scan.cuh>
+#include <cuda/ptx>
+#include <cuda_runtime.h>
+
+#include "common/cuda_check.hpp"
+#include "common/launch.hpp"
+#include "gemm/sm90_gemm_epilogue.cuh"
+#include "gemm/sm90_gemm_mainloop.cuh"
+#include "gemm/sm90_gemm_scheduler.cuh"
+
+namespace fusedmoe::detail {
+
+template <int kBlockT, int kStages_, GemmWeights kWeights_, GemmRows kRows_, GemmEpilogue kEpi_>
+struct GemmConfig {
+  static constexpr GemmWeights kWeights = kWeights_;
+  static constexpr GemmRows kRows = kRows_;
+  static constexpr GemmEpilogue kEpi = kEpi_;
+  static constexpr bool kFp8 = kWeights == GemmWeights::fp8_block;
+  static constexpr int kElemBytes = kFp8 ? 1 : 2;
+  static constexpr int BLOCK_W = 128;               // weight rows per tile (2 warpgroups x m64)
+  static constexpr int BLOCK_T = kBlockT;           // routes per tile (wgmma N)
+  static constexpr int BLOCK_K = 128 / kElemBytes;  // one 128-byte swizzle row per stage
+  static constexpr int kStages = kStages_;
+  static constexpr int kMetaStages = 2;             // tiles the producer may run ahead
+  static constexpr int kConsumerWGs = 2;
+  static constexpr int kThreads = 128 * (1 + kConsumerWGs);
+  static constexpr int kAccRegs = BLOCK_T / 2;      // (m64, BLOCK_T) fp32 / 128 threads
+  // fp8 activation scales per stage: gathered token rows are quantized per 128 columns, the
+  // layer's intermediate (tma rows) per 64.
+  static constexpr int kScaleBlocks = !kFp8 ? 0 : kRows == GemmRows::gathered ? 1 : 2;
+  // The producer arrives per thread through cp.async when it copies anything with it.
+  static constexpr bool kCpAsync = kRows == GemmRows::gathered || kFp8;
+  static constexpr int kProducerRegs = 56, kConsumerRegs = 224;
+  static constexpr int kMaxExperts = kGemmMaxExperts;
+  // Decode sizes (BLOCK_T <= 64) can build the schedule inside the kernel from up to this many
+  // routes (their ids staged in shared memory): one launch fewer.
+  static constexpr int kFusedRoutes = kBlockT <= 64 ? kMaxFusedRoutes : 0;
+  static constexpr uint32_t kWBytes = BLOCK_W * 128, kABytes = BLOCK_T * 128;
+  static constexpr uint32_t kTmaBytes = kWBytes + (kRows == GemmRows::tma ? kABytes : 0);
+
+  struct alignas(1024) Stage {
+    uint8_t w[kWBytes];                            // (BLOCK_W, 128 B) weights, 128B swizzle
+    uint8_t a[kABytes];                            // (BLOCK_T, 128 B) activations, same swizzle
+    float sa[kScaleBlocks > 0 ? kScaleBlocks : 1][BLOCK_T];  // fp8: per (scale block, column)
+    float sb[16];                                  // fp8: weight scale per 8-row group
+  };
+  struct TileMeta {
+    Segment seg;
+    int32_t col_route[BLOCK_T];  // route of each column, -1: absent
+    float col_weight[BLOCK_T];   // combine: routing weight of each column
+  };
+  struct Staging {  // swiglu: one tile of the intermediate on its way out
+    alignas(16) uint8_t tile[BLOCK_T][64 * kElemBytes];
+    float amax[8][BLOCK_T];
+    float scale[BLOCK_T], inv[BLOCK_T];
+  };
+  struct SharedStorage {
+    Stage stages[kStages];
+    TileMeta meta[kMetaStages];
+    int32_t tile_offsets[kMaxExperts + 1];   // the schedule, copied (or built) once per CTA:
+    int32_t route_offsets[kMaxExperts + 1];  // the tile walk's search runs on shared memory
+    int32_t counts[kMaxExperts];
+    int32_t ids[kFusedRoutes > 0 ? kFusedRoutes : 1];  // fused schedule: each route's expert
+    int32_t warp_count[4];                             // fused schedule: matches per producer warp
+    typename cub::BlockScan<int, kThreads>::TempStorage scan;
+    std::conditional_t<kEpi == GemmEpilogue::swiglu, Staging, char> staging;
+    uint64_t full[kStages];        // producer -> consumers: TMA bytes (+ 128 cp.async arrivals)
+    uint64_t empty[kStages];       // consumers -> producer: one arrival per consumer warp
+    uint64_t meta_full[kMetaStages];   // producer -> consumers: 128 arrivals (each releases its writes)
+    uint64_t meta_empty[kMetaStages];  // consumers -> producer: 256 arrivals after the epilogue
+  };
+  static constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + alignment slack
+
+  static_assert(BLOCK_T % 16 == 0, "wgmma N: a multiple of 16 here");
+  static_assert(kABytes % 1024 == 0, "activation tile must keep stages 1024-aligned");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory budget of one SM exceeded");
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWGs <= 65536,
+                "setmaxnreg split exceeds the register file");
+  static_assert(kMaxExperts >= 512 + 8, "the tables hold every routed expert and shared chunk");
+};
+
+// A position in a ring of mbarrier-guarded slots.
+template <int kSlots>
+struct RingPos {
+  int idx = 0;
+  uint32_t phase = 0;
+  __device__ void advance() {
+    if (++idx == kSlots) {
+      idx = 0;
+      phase ^= 1;
+    }
+  }
+};
+
+__device__ __forceinline__ void wait_barrier(uint64_t* bar, uint32_t parity) {
+  while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
+  }
+}
+
+// ---- producer: walks the tiles; thread 0 issues the TMA, all 128 the cp.async copies ---------
+template <class Cfg>
+__device__ void produce(const GroupedGemmParams& p, typename Cfg::SharedStorage& ss, int tid) {
+  namespace cptx = cuda::ptx;
+  TileScheduler<Cfg> sched(p, ss, blockIdx.x, gridDim.x);
+  RingPos<Cfg::kStages> stage;
+  RingPos<Cfg::kMetaStages> meta;
+  Segment s;
+  for (;;) {
+    const bool more = sched.next(s);
+    wait_barrier(&ss.meta_empty[meta.idx], meta.phase ^ 1);  // first lap passes at once
+    typename Cfg::TileMeta& m = ss.meta[meta.idx];
+    if (!more) {
+      if (tid == 0) m.seg.e = -1;
+      cptx::mbarrier_arrive(&ss.meta_full[meta.idx]);
+      break;
+    }
+    publish_columns<Cfg>(p, ss, s, m, tid);
+    const RowLoader<Cfg> rows(p, m, tid);
+    cptx::mbarrier_arrive(&ss.meta_full[meta.idx]);  // releases this thread's meta writes
+    meta.advance();
+    for (int kb = s.kb0; kb < s.kb1; ++kb) {
+      wait_barrier(&ss.empty[stage.idx], stage.phase ^ 1);
+      typename Cfg::Stage& st = ss.stages[stage.idx];
+      uint64_t* full = &ss.full[stage.idx];
+      if (tid == 0) {
+        const uint32_t tx_bytes = Cfg::kTmaBytes;  // by value: cuda::ptx takes a reference
+        cptx::mbarrier_arrive_expect_tx(cptx::sem_release, cptx::scope_cta, cptx::space_shared,
+                                        full, tx_bytes);
+      }
+      WeightLoader<Cfg>::issue(p, s, kb, st, full, tid);
+      rows.issue(p, s, kb, st, full, tid);
+      // Arrives once this thread's cp.async copies above have landed.
+      if constexpr (Cfg::kCpAsync) cptx::cp_async_mbarrier_arrive_noinc(full);
+      stage.advance();
+    }
+  }
+  if constexpr (Cfg::kCpAsync) asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+// ---- consumers: two warpgroups, 64 weight rows each ------------------------------------------
+template <class Cfg>
+__device__ void consume(const GroupedGemmParams& p, typename Cfg::SharedStorage& ss, int wgc,
+                        int tid) {
+  namespace cptx = cuda::ptx;
+  RingPos<Cfg::kStages> stage;
+  RingPos<Cfg::kMetaStages> meta;
+  Mma<Cfg> mma;
+  float acc[Cfg::kAccRegs];  // (64 rows, BLOCK_T cols): the running sum of this warpgroup
+  for (;;) {
+    wait_barrier(&ss.meta_full[meta.idx], meta.phase);
+    const typename Cfg::TileMeta& m = ss.meta[meta.idx];
+    const Segment s = m.seg;
+    if (s.e < 0) break;
+#pragma unroll
+    for (int i = 0; i < Cfg::kAccRegs; ++i) acc[i] = 0.0f;
+    for (int kb = s.kb0; kb < s.kb1; ++kb) {
+      wait_barrier(&ss.full[stage.idx], stage.phase);
+      // Activations written by cp.async (generic proxy) are read by wgmma (async proxy).
+      cptx::fence_proxy_async(cptx::space_shared);
+      mma.stage(ss.stages[stage.idx], acc, wgc, tid);
+      // Every read of this stage (wgmma, scales) is done: hand it back at once.
+      __syncwarp();
+      if (tid % 32 == 0) cptx::mbarrier_arrive(&ss.empty[stage.idx]);
+      stage.advance();
+    }
+    Epilogue<Cfg>::store(p, s, m, ss, acc, wgc, tid);
+    cptx::mbarrier_arrive(&ss.meta_empty[meta.idx]);  // this thread is done with the slot
+    meta.advance();
+  }
+}
+
+// L2 prefetch of the weights this CTA will stream first, issued before the schedule exists: with
+// static tile numbering the first tiles are known. Off unless FMOE_PREFETCH_UNITS is set: measured
+// on H100 at T=128 it gave nothing end to end and slowed the GEMM alone (docs/performance.md).
+template <class Cfg>
+__device__ void prefetch_expected_weights(const GroupedGemmParams& p) {
+  const int64_t tiles = int64_t(p.E) * p.NB;
+  const int64_t rr = TileScheduler<Cfg>::whole_tiles(p, tiles, gridDim.x);
+  const int64_t tail_units = (tiles - rr) * p.KB;
+  const bool whole = blockIdx.x < rr;
+  int64_t unit = whole ? int64_t(blockIdx.x) * p.KB : rr * p.KB + tail_units * blockIdx.x / gridDim.x;
+  const int num = whole ? min(p.prefetch_units, p.KB) : p.prefetch_units;
+  for (int i = 0; i < num; ++i, ++unit) {
+    const int64_t tile = unit / p.KB;
+    if (tile >= tiles) break;
+    const int kb = int(unit % p.KB);
+    const int e = int(tile / p.NB), wb = int(tile % p.NB);
+    const int32_t k_coord = kb * Cfg::BLOCK_K, row_coord = e * p.n_rows + wb * Cfg::BLOCK_W;
+    asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n"
+                 ::"l"(&p.w_desc), "r"(k_coord), "r"(row_coord) : "memory");
+  }
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+grouped_gemm_kernel(const __grid_constant__ GroupedGemmParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  namespace cptx = cuda::ptx;
+  extern __shared__ uint8_t smem_raw[];
+  auto& ss = *reinterpret_cast<typename Cfg::SharedStorage*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      cptx::mbarrier_init(&ss.full[s], 1 + (Cfg::kCpAsync ? 128 : 0));
+      cptx::mbarrier_init(&ss.empty[s], 4 * Cfg::kConsumerWGs);
+    }
+    for (int s = 0; s < Cfg::kMetaStages; ++s) {
+      cptx::mbarrier_init(&ss.meta_full[s], 128);
+      cptx::mbarrier_init(&ss.meta_empty[s], 128 * Cfg::kConsumerWGs);
+    }
+    cptx::fence_mbarrier_init(cptx::sem_release, cptx::scope_cluster);  // visible to the TMA unit
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.w_desc) : "memory");
+    if (Cfg::kRows == GemmRows::tma) asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.a_desc) : "memory");
+    // Weights never depend on the previous kernels: start pulling them in while they finish.
+    if (p.prefetch_units > 0) prefetch_expected_weights<Cfg>(p);
+  }
+  __syncthreads();
+  // Everything above overlapped the previous kernels; what they wrote is read below.
+  cudaGridDependencySynchronize();
+  cudaTriggerProgrammaticLaunchCompletion();
+  load_schedule<Cfg>(p, ss);
+  __syncthreads();
+  if (wg == 0) {
+    ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
+    produce<Cfg>(p, ss, tid);
+  } else {
+    ptx::setmaxnreg_inc<Cfg::kConsumerRegs>();
+    consume<Cfg>(p, ss, wg - 1, tid);
+  }
+#else
+  __trap();  // built for sm_90a only
+#endif
+}
+
+template <class Cfg>
+void launch_grouped_gemm_cfg(const GroupedGemmParams& p, int num_sms, cudaStream_t stream) {
+  auto kernel = grouped_gemm_kernel<Cfg>;
+  FMOE_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 int(Cfg::kSmemBytes)));
+  launch_pdl(kernel, dim3(num_sms), dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p);
+  FMOE_CHECK_LAUNCH("grouped_gemm_kernel", stream);
+}
+
+}  // namespace fusedmoe::detail

@@ -1,0 +1,75 @@
+// The grouped GEMM's config table and token-tile choice, without a GPU (pure host code).
+#include <set>
+#include <string>
+
+#include "common/env.hpp"
+#include "gemm/gemm_config.hpp"
+#include "tests/test_util.hpp"
+
+using namespace fusedmoe;
+using namespace fusedmoe::detail;
+
+namespace {
+const GemmFamily kProjection{GemmWeights::fp8_block, GemmRows::gathered, GemmEpilogue::combine};
+const GemmFamily kUpFp8{GemmWeights::fp8_block, GemmRows::gathered, GemmEpilogue::swiglu};
+const GemmFamily kDownFp8{GemmWeights::fp8_block, GemmRows::tma, GemmEpilogue::combine};
+const GemmFamily kUpBf16{GemmWeights::bf16, GemmRows::gathered, GemmEpilogue::swiglu};
+const GemmFamily kDownBf16{GemmWeights::bf16, GemmRows::tma, GemmEpilogue::combine};
+}  // namespace
+
+TEST(GemmConfig, TileWidthFollowsRowsPerExpert) {
+  auto bt = [](int T, int k, int E) {
+    std::string why;
+    const int w = select_block_t(T, k, E, "", {kProjection}, &why);
+    EXPECT_FALSE(why.empty());
+    return w;
+  };
+  EXPECT_EQ(bt(1, 8, 256), 16);
+  EXPECT_EQ(bt(128, 8, 256), 16);    // Qwen3.5 decode: 4 rows per expert
+  EXPECT_EQ(bt(512, 8, 256), 32);    // 16 rows
+  EXPECT_EQ(bt(1024, 8, 256), 64);   // 32 rows
+  EXPECT_EQ(bt(4096, 8, 256), 128);  // 128 rows
+  EXPECT_EQ(bt(16384, 8, 128), 128);
+}
+
+TEST(GemmConfig, EveryFamilyHasEveryWidthAndNamesAreUnique) {
+  std::set<std::string> names;
+  for (int i = 0; i < int(GemmConfigId::count); ++i) {
+    const GemmConfigInfo c = gemm_config_info(GemmConfigId(i));
+    EXPECT_TRUE(names.insert(c.name).second) << c.name;
+    EXPECT_EQ(gemm_config_by_name(c.name), GemmConfigId(i));
+    EXPECT_GE(c.stages, 3) << c.name;
+  }
+  EXPECT_EQ(gemm_config_by_name("no_such_config"), GemmConfigId::count);
+  for (const GemmFamily& f : {kProjection, kUpFp8, kDownFp8, kUpBf16, kDownBf16})
+    for (int bt : {16, 32, 64, 128}) {
+      const GemmConfigInfo c = gemm_config_info(gemm_config_of(f.weights, f.rows, f.epilogue, bt));
+      EXPECT_EQ(c.block_t, bt);
+      EXPECT_EQ(c.weights, f.weights);
+      EXPECT_EQ(c.rows, f.rows);
+      EXPECT_EQ(c.epilogue, f.epilogue);
+    }
+  test::expect_error([] { gemm_config_of(GemmWeights::bf16, GemmRows::gathered, GemmEpilogue::combine, 16); },
+                     "no compiled bf16 projection (gathered rows, combine) config with BLOCK_T=16");
+}
+
+TEST(GemmConfig, ForcedConfigIsHonouredAndChecked) {
+  for (int i = 0; i < int(GemmConfigId::count); ++i) {
+    const GemmConfigInfo c = gemm_config_info(GemmConfigId(i));
+    const GemmFamily f{c.weights, c.rows, c.epilogue};
+    std::string why;
+    EXPECT_EQ(select_block_t(7, 2, 8, c.name, {f}, &why), c.block_t);
+    EXPECT_EQ(why, "forced by FMOE_FORCE_CONFIG");
+    // A layer accepts the name of either of its GEMMs.
+    if (c.epilogue == GemmEpilogue::swiglu || c.rows == GemmRows::tma) {
+      const GemmFamily up{c.weights, GemmRows::gathered, GemmEpilogue::swiglu};
+      const GemmFamily down{c.weights, GemmRows::tma, GemmEpilogue::combine};
+      EXPECT_EQ(select_block_t(7, 2, 8, c.name, {up, down}, nullptr), c.block_t);
+    }
+    const GemmFamily other{c.weights == GemmWeights::bf16 ? GemmWeights::fp8_block : GemmWeights::bf16,
+                           c.rows, c.epilogue};
+    test::expect_error([&] { select_block_t(7, 2, 8, c.name, {other}, nullptr); }, "FMOE_FORCE_CONFIG");
+  }
+  test::expect_error([] { select_block_t(7, 2, 8, "no_such_config", {kProjection}, nullptr); },
+                     "names no grouped GEMM config");
+}
