@@ -46,7 +46,7 @@ fi
 
 # 2. The sanitizer cases under each tool.
 bins=()
-for b in "$BUILD_DIR"/test_*_gpu; do
+for b in "$BUILD_DIR"/tests/test_*_gpu; do
   [ -x "$b" ] || continue
   if "$b" --gtest_list_tests --gtest_filter='*Sanitizer*' 2>/dev/null | grep -q '^  '; then bins+=("$b"); fi
 done

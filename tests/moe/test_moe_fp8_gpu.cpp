@@ -298,6 +298,7 @@ TEST(MoeFp8Gpu, BadCallerIdsAreRejectedOrDropped) {
     int expect_dropped = 0;
     ref::Routing dedup = without;
     dedup.ids = dup;
+    dedup.weights = in.d_weights.to_host<float>();  // what the device reads (routes 5, 8 valid now)
     for (int r = 0; r < pb.T * pb.k; ++r) {
       bool repeat = false;
       for (int j = r - r % pb.k; j < r; ++j) repeat = repeat || dup[size_t(j)] == dup[size_t(r)];
