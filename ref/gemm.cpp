@@ -136,8 +136,8 @@ void ActRows::decode_row(int m, double* out) const {
     }
     case Precision::fp8_block: {
       const uint8_t* src = q.data() + int64_t(m) * K;
-      const float* s = scale.data() + int64_t(m) * cdiv(K, 128);
-      for (int k = 0; k < K; ++k) out[k] = tb.e4m3[src[k]] * double(s[k / 128]);
+      const float* s = scale.data() + int64_t(m) * cdiv(K, block);
+      for (int k = 0; k < K; ++k) out[k] = tb.e4m3[src[k]] * double(s[k / block]);
       return;
     }
     case Precision::nvfp4: {
@@ -154,7 +154,7 @@ void ActRows::decode_row(int m, double* out) const {
   }
 }
 
-ActRows make_acts(Precision p, const float* x, int M, int K, float nvfp4_global) {
+ActRows make_acts(Precision p, const float* x, int M, int K, float nvfp4_global, int fp8_block) {
   ActRows a;
   a.precision = p;
   a.M = M;
@@ -166,9 +166,10 @@ ActRows make_acts(Precision p, const float* x, int M, int K, float nvfp4_global)
       for (int64_t i = 0; i < n; ++i) a.bf16[size_t(i)] = fmt::bf16_from_float(x[i]);
       break;
     case Precision::fp8_block:
+      a.block = fp8_block;
       a.q.resize(size_t(n));
-      a.scale.resize(size_t(int64_t(M) * cdiv(K, 128)));
-      fmt::quantize_fp8_per_token_128(x, M, K, a.q.data(), a.scale.data());
+      a.scale.resize(size_t(int64_t(M) * cdiv(K, fp8_block)));
+      fmt::quantize_fp8_per_token(x, M, K, fp8_block, a.q.data(), a.scale.data());
       break;
     case Precision::nvfp4:
       FMOE_REQUIRE(K % 16 == 0, "ref::make_acts: nvfp4 needs K a multiple of 16, got %d", K);

@@ -41,8 +41,12 @@ std::vector<double> expert_mlp(const MoeConfig& cfg, const WeightSet& w13, const
         gate_up[size_t(r) * I2 + n] =
             float(g1.value[size_t(r) * I2 + n] + (b13 ? double(b13[int64_t(e) * I2 + n]) : 0.0));
   activation(cfg.activation, gate_up.data(), rows, I, h.data());
-  for (float& v : h) v = fmt::round_to_bf16(v);  // the intermediate is materialised as bf16
-  const ActRows acts2 = make_acts(cfg.activation_precision, h.data(), rows, I);
+  // The intermediate: fp8 is quantized from the fp32 activation per 64 columns (GEMM 1's epilogue
+  // holds 64 intermediate values of a route per tile and quantizes them in registers); bf16 (and
+  // nvfp4's bf16 activations) is rounded to bf16.
+  if (cfg.activation_precision != Precision::fp8_block)
+    for (float& v : h) v = fmt::round_to_bf16(v);
+  const ActRows acts2 = make_acts(cfg.activation_precision, h.data(), rows, I, 0.0f, 64);
   const GemmResult g2 = grouped_gemm(acts2, w2, offsets.data(), false);
   std::vector<double> out(g2.value);
   if (b2)

@@ -69,15 +69,18 @@ struct ActRows {
   int M = 0, K = 0;
   std::vector<uint16_t> bf16;        ///< bf16: [M, K]
   std::vector<uint8_t> q;            ///< fp8: [M, K]; nvfp4: [M, K/2]
-  std::vector<float> scale;          ///< fp8: [M, ceil(K/128)]
+  std::vector<float> scale;          ///< fp8: [M, ceil(K/block)]
+  int block = 128;                   ///< fp8: columns per scale
   std::vector<uint8_t> block_scale;  ///< nvfp4: [M, K/16]
   float global_scale = 1.0f;         ///< nvfp4: one for all rows
 
   void decode_row(int m, double* out) const;  ///< out[K]
 };
 /// Quantizes x [M, K] (already bf16-valued floats) the way the kernels quantize activations:
-/// bf16 as is, fp8 per token per 128, nvfp4 with `nvfp4_global` (<= 0: from the amax of x).
-ActRows make_acts(Precision p, const float* x, int M, int K, float nvfp4_global = 0.0f);
+/// bf16 as is, fp8 per token per `fp8_block` columns (128 for the layer input, 64 for the FP8
+/// layer's intermediate), nvfp4 with `nvfp4_global` (<= 0: from the amax of x).
+ActRows make_acts(Precision p, const float* x, int M, int K, float nvfp4_global = 0.0f,
+                  int fp8_block = 128);
 
 // ================================================================================================
 // Grouped GEMM: D[r, n] = sum_k A[r, k] * W[e(r), n, k] for rows sorted by expert.
@@ -156,8 +159,9 @@ struct LayerResult {
 
 /// The layer, stage by stage (docs/design.md has the data path):
 ///   route -> per route: a = x (or bf16(x*w) for weights on the input), quantized -> GEMM1 ->
-///   + b13 -> activation (fp32) -> bf16 -> quantized -> GEMM2 -> + b2 -> weighted sum over the
-///   k routes + shared MLP (* sigmoid gate) -> bf16.
+///   + b13 -> activation (fp32) -> quantized (fp8: per 64 columns from fp32, as the GPU
+///   epilogue does; bf16: rounded) -> GEMM2 -> + b2 -> weighted sum over the k routes + shared
+///   MLP (* sigmoid gate) -> bf16.
 /// x: [T, H] bf16-valued floats; logits: [T, E] fp32.
 LayerResult moe_layer(const LayerWeights& lw, const float* x, const float* logits, int T);
 

@@ -167,15 +167,16 @@ inline Fp8Scale fp8_scale_from_amax(float amax) {
 }
 }  // namespace
 
-void quantize_fp8_per_token_128(const float* x, int64_t rows, int64_t cols, uint8_t* q,
-                                float* scales) {
-  FMOE_REQUIRE(rows >= 0 && cols >= 0, "quantize_fp8_per_token_128: rows=%lld cols=%lld",
-               (long long)rows, (long long)cols);
-  const int64_t nblk = (cols + 127) / 128;
+void quantize_fp8_per_token(const float* x, int64_t rows, int64_t cols, int block, uint8_t* q,
+                            float* scales) {
+  FMOE_REQUIRE(rows >= 0 && cols >= 0 && block > 0,
+               "quantize_fp8_per_token: rows=%lld cols=%lld block=%d", (long long)rows,
+               (long long)cols, block);
+  const int64_t nblk = (cols + block - 1) / block;
   detail::parallel_for(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       for (int64_t b = 0; b < nblk; ++b) {
-        const int64_t c0 = b * 128, c1 = std::min(cols, c0 + 128);
+        const int64_t c0 = b * block, c1 = std::min(cols, c0 + block);
         const float* xr = x + r * cols;
         float amax = 0.0f;
         for (int64_t c = c0; c < c1; ++c) amax = amax_step(amax, xr[c]);
@@ -185,6 +186,11 @@ void quantize_fp8_per_token_128(const float* x, int64_t rows, int64_t cols, uint
       }
     }
   }, 16);
+}
+
+void quantize_fp8_per_token_128(const float* x, int64_t rows, int64_t cols, uint8_t* q,
+                                float* scales) {
+  quantize_fp8_per_token(x, rows, cols, 128, q, scales);
 }
 
 void quantize_fp8_block_128x128(const float* w, int64_t rows, int64_t cols, uint8_t* q,

@@ -38,7 +38,9 @@ std::vector<float> dequant_all(const ref::WeightSet& w) {
 
 // Activation rows quantized and dequantized with the public codecs; nvfp4 uses one global
 // scale for all rows (the amax of all of them), as the layer does.
-std::vector<float> quant_dequant_rows(Precision p, const std::vector<float>& a, int rows, int K) {
+// fp8 scales per `fp8_block` columns (128 for the layer input, 64 for the intermediate).
+std::vector<float> quant_dequant_rows(Precision p, const std::vector<float>& a, int rows, int K,
+                                      int fp8_block = 128) {
   std::vector<float> out(a.size());
   switch (p) {
     case Precision::bf16:
@@ -46,9 +48,12 @@ std::vector<float> quant_dequant_rows(Precision p, const std::vector<float>& a, 
       break;
     case Precision::fp8_block: {
       std::vector<uint8_t> q(a.size());
-      std::vector<float> s(size_t(rows) * ((K + 127) / 128));
-      fmt::quantize_fp8_per_token_128(a.data(), rows, K, q.data(), s.data());
-      fmt::dequantize_fp8_per_token_128(q.data(), s.data(), rows, K, out.data());
+      const int64_t nblk = (K + fp8_block - 1) / fp8_block;
+      std::vector<float> s(size_t(rows * nblk));
+      fmt::quantize_fp8_per_token(a.data(), rows, K, fp8_block, q.data(), s.data());
+      for (int64_t r = 0; r < rows; ++r)  // written out here: an independent dequantizer
+        for (int64_t c = 0; c < K; ++c)
+          out[size_t(r * K + c)] = fmt::e4m3_to_float(q[size_t(r * K + c)]) * s[size_t(r * nblk + c / fp8_block)];
       break;
     }
     case Precision::nvfp4: {
@@ -90,10 +95,12 @@ std::vector<double> naive_mlps(const MoeConfig& cfg, const ref::WeightSet& w13s,
     for (int i = 0; i < I; ++i) {
       const bool inter = cfg.activation.fn == ActivationFn::swiglu_clamped;
       const double g = gu[size_t(inter ? 2 * i : i)], u = gu[size_t(inter ? 2 * i + 1 : I + i)];
-      h[size_t(r) * I + i] = fmt::round_to_bf16(float(act_fn(cfg.activation, g, u)));
+      // fp8: quantized per 64 straight from fp32 (the GPU epilogue); else rounded to bf16.
+      const float v = float(act_fn(cfg.activation, g, u));
+      h[size_t(r) * I + i] = cfg.activation_precision == Precision::fp8_block ? v : fmt::round_to_bf16(v);
     }
   }
-  const std::vector<float> hq = quant_dequant_rows(cfg.activation_precision, h, R, I);
+  const std::vector<float> hq = quant_dequant_rows(cfg.activation_precision, h, R, I, 64);
   std::vector<double> out(size_t(R) * H);
   for (int r = 0; r < R; ++r) {
     const int e = expert_of[size_t(r)];

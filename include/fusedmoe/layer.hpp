@@ -1,0 +1,92 @@
+// fusedmoe: the whole MoE layer on the GPU: routing, gate/up GEMM with the activation and the
+// intermediate's quantization in its epilogue, down GEMM with the weighted combine in its
+// epilogue, shared experts in the same grouped GEMMs. One graph-capturable call.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "fusedmoe/config.hpp"
+#include "fusedmoe/moe.hpp"
+#include "fusedmoe/stream.hpp"
+#include "fusedmoe/types.hpp"
+
+namespace fusedmoe {
+
+/// The weights of one layer in checkpoint layouts, in CUDA device memory the caller owns (read
+/// once, by MoeLayer's constructor). E experts, hidden H, expert intermediate I, shared
+/// intermediate S (config.shared_intermediate). FP8 (cfg.weight_precision fp8_block): e4m3 values
+/// with DeepSeek's `weight_scale_inv` (one f32 per 128x128 block); bf16: no scales.
+struct MoeLayerWeights {
+  TensorRef w13;               ///< [E, 2I, H]: gate rows then up rows (swiglu), or interleaved
+                               ///< gate 2i / up 2i+1 (swiglu_clamped, gpt-oss)
+  TensorRef w13_scale;         ///< fp8: [E, ceil(2I/128), ceil(H/128)] f32
+  TensorRef w2;                ///< [E, H, I]
+  TensorRef w2_scale;          ///< fp8: [E, ceil(H/128), ceil(I/128)] f32
+  TensorRef b13;               ///< [E, 2I] f32 or bf16, w13's row order (cfg.expert_bias)
+  TensorRef b2;                ///< [E, H] f32 or bf16 (cfg.expert_bias)
+  TensorRef routing_bias;      ///< [E] f32: e_score_correction_bias or the router bias
+  TensorRef shared_w13;        ///< [2S, H], same row layout as w13 (cfg.num_shared_experts > 0)
+  TensorRef shared_w13_scale;  ///< fp8: [ceil(2S/128), ceil(H/128)]
+  TensorRef shared_w2;         ///< [H, S]
+  TensorRef shared_w2_scale;   ///< fp8: [ceil(H/128), ceil(S/128)]
+  TensorRef shared_gate;       ///< [H] or [1, H] bf16 (cfg.shared_expert_gate)
+};
+
+/// One forward call. All tensors in CUDA device memory on the layer's device.
+struct MoeForwardArgs {
+  TensorRef x;              ///< [T, H] bf16, unit column stride, 16-byte aligned rows
+  TensorRef router_logits;  ///< [T, E] f32 (unused with routing_given)
+  bool routing_given = false;
+  TensorRef topk_ids;       ///< routing_given: [T, top_k] i32 (the shared experts are added)
+  TensorRef topk_weights;   ///< routing_given: [T, top_k] f32
+  /// With routing_given and a stream that is not being captured, the ids are copied to the host
+  /// and checked (this synchronizes): an id outside [0, E) or repeated within a token throws.
+  /// Unchecked, the kernels drop (and count) such a route: they never read out of bounds.
+  bool validate_routing = true;
+  TensorRef y;              ///< [T, H] bf16 output, unit column stride, 16-byte aligned rows
+  ReductionMode mode = ReductionMode::fast;
+};
+
+class MoeLayer {
+ public:
+  /// Validates the config and the weights (throws Error naming the tensor, expected vs actual),
+  /// then prepares them once into device memory this object owns: gate/up rows re-laid in 8-row
+  /// pairs (so GEMM 1's epilogue holds matching gate and up values), the intermediate padded to
+  /// a multiple of 64, the shared experts appended as always-selected chunks of I, scales and
+  /// biases in the same order. Runs on `stream` and synchronizes it before returning. The
+  /// current CUDA device must be the weights' device. GPU weight precisions: fp8_block, bf16.
+  MoeLayer(const MoeConfig& cfg, const MoeLayerWeights& weights, Stream stream = nullptr);
+  ~MoeLayer();
+  MoeLayer(MoeLayer&&) noexcept;
+  MoeLayer& operator=(MoeLayer&&) noexcept;
+  MoeLayer(const MoeLayer&) = delete;
+  MoeLayer& operator=(const MoeLayer&) = delete;
+
+  const MoeConfig& config() const;
+  /// Device bytes of the prepared weights.
+  size_t prepared_bytes() const;
+
+  /// Workspace bytes for calls with up to max_tokens tokens in `mode`. The workspace needs no
+  /// initialization and serves any later call with T <= max_tokens and the same mode.
+  size_t workspace_size(int max_tokens, ReductionMode mode) const;
+
+  /// y = the layer on x. Routing, both grouped GEMMs, the combine and the shared experts run as
+  /// a chain of kernels joined by programmatic dependent launch, with no host synchronization
+  /// (except the optional id check), so the call captures into a CUDA graph. Throws Error naming
+  /// the argument on a wrong dtype, shape, stride, alignment, device or workspace.
+  void forward(const MoeForwardArgs& args, void* workspace, size_t workspace_bytes,
+               Stream stream) const;
+
+  /// Routes dropped by the last call on this workspace (bad or repeated caller ids).
+  /// Synchronizes `stream`; for diagnostics.
+  int dropped_routes(const void* workspace, Stream stream) const;
+
+  struct Impl;
+  const Impl& impl() const { return *impl_; }  ///< internals for tests and benchmarks
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fusedmoe

@@ -1,0 +1,633 @@
+// Host side of the MoE layer: weight validation and the one-time preparation, the workspace, the
+// config choice and the five stage launches of a forward call (see layer_plan.hpp).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "common/cuda_check.hpp"
+#include "common/device_state.hpp"
+#include "common/env.hpp"
+#include "common/tensor_check.hpp"
+#include "common/tma.hpp"
+#include "fusedmoe/formats.hpp"
+#include "layer/layer_plan.hpp"
+#include "layer/prepare.hpp"
+#include "route/route.hpp"
+#include "route/routing_host.hpp"
+
+namespace fusedmoe {
+namespace {
+
+constexpr const char* kOp = "MoeLayer";
+constexpr size_t kAlign = 256;
+
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+template <class T>
+std::vector<T> to_host(const TensorRef& t, cudaStream_t stream) {
+  std::vector<T> out(size_t(t.numel()));
+  if (!out.empty())
+    FMOE_CUDA(cudaMemcpyAsync(out.data(), t.data, out.size() * sizeof(T), cudaMemcpyDeviceToHost,
+                              stream));
+  FMOE_CUDA(cudaStreamSynchronize(stream));
+  return out;
+}
+
+// A bias tensor [rows, cols] (f32 or bf16) as floats on the host.
+std::vector<float> bias_to_host(const TensorRef& t, cudaStream_t stream) {
+  if (t.dtype == DType::f32) return to_host<float>(t, stream);
+  const std::vector<uint16_t> bits = to_host<uint16_t>(t, stream);
+  std::vector<float> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) out[i] = fmt::bf16_to_float(bits[i]);
+  return out;
+}
+
+void check_weight(const char* name, const TensorRef& t, DType dtype,
+                  std::initializer_list<int64_t> shape, int device) {
+  using namespace detail;
+  check_dtype(kOp, name, t, dtype);
+  check_shape(kOp, name, t, shape);
+  check_contiguous(kOp, name, t);
+  check_aligned(kOp, name, t, dtype == DType::f32 ? 4 : 16);
+  check_data(kOp, name, t);
+  check_on_device(kOp, name, t);
+  check_same_device(kOp, name, t, device);
+}
+
+void check_bias(const char* name, const TensorRef& t, std::initializer_list<int64_t> shape,
+                int device) {
+  FMOE_REQUIRE(t.dtype == DType::f32 || t.dtype == DType::bf16, "%s: %s must be f32 or bf16, got %s",
+               kOp, name, dtype_name(t.dtype));
+  detail::check_shape(kOp, name, t, shape);
+  detail::check_contiguous(kOp, name, t);
+  detail::check_data(kOp, name, t);
+  detail::check_on_device(kOp, name, t);
+  detail::check_same_device(kOp, name, t, device);
+}
+
+void require_absent(const char* name, const TensorRef& t, const char* why) {
+  FMOE_REQUIRE(t.data == nullptr, "%s: %s was given but %s", kOp, name, why);
+}
+
+// Source row of prepared GEMM 1 row `pr` (0 .. NT1*128) of an expert: per 16 rows, 8 gate rows of
+// intermediate indices 8g .. 8g+7 of the tile, then their 8 up rows. Returns the row of the
+// checkpoint's [2I, H] matrix, or -1 for padding (intermediate index >= n_inter). `i_base`
+// shifts the intermediate index (a shared chunk's first index).
+int64_t gate_up_source_row(int pr, int64_t i_base, int64_t n_inter, bool interleaved) {
+  const int tile = pr / 128, g = (pr % 128) / 16, r = pr % 16;
+  const bool up = r >= 8;
+  const int64_t i = i_base + int64_t(tile) * 64 + 8 * g + (r % 8);
+  if (i >= n_inter || i < i_base) return -1;
+  if (interleaved) return 2 * i + (up ? 1 : 0);
+  return up ? n_inter + i : i;
+}
+
+}  // namespace
+
+// ================================================================================================
+// Construction: validation and the one-time preparation.
+// ================================================================================================
+MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeLayerWeights& w, Stream stream_in)
+    : impl_(std::make_unique<Impl>()) {
+  using namespace detail;
+  cudaStream_t stream = reinterpret_cast<cudaStream_t>(stream_in);
+  Impl& L = *impl_;
+  cfg.validate();
+  L.cfg = cfg;
+  FMOE_REQUIRE(cfg.weight_precision == Precision::fp8_block || cfg.weight_precision == Precision::bf16,
+               "%s: %s weights have no GPU kernels yet (the CPU reference runs them); the GPU "
+               "layer takes fp8_block or bf16", kOp, precision_name(cfg.weight_precision));
+  FMOE_REQUIRE(cfg.activation_precision == cfg.weight_precision,
+               "%s: activations must be in the weights' precision on the GPU (%s weights, %s "
+               "activations)", kOp, precision_name(cfg.weight_precision),
+               precision_name(cfg.activation_precision));
+  L.fp8 = cfg.weight_precision == Precision::fp8_block;
+  L.E = cfg.num_experts;
+  L.k = cfg.top_k;
+  L.H = cfg.hidden;
+  L.I = cfg.intermediate;
+  L.S = cfg.num_shared_experts > 0 ? cfg.shared_intermediate : 0;
+  L.on_input = cfg.routing.fn == RoutingFn::sigmoid_top1_on_input;
+  const bool interleaved = cfg.activation.fn == ActivationFn::swiglu_clamped;
+  FMOE_REQUIRE(L.H % 16 == 0 && L.I % 16 == 0 && L.S % 16 == 0,
+               "%s: hidden=%d, intermediate=%d and shared_intermediate=%d must be multiples of 16",
+               kOp, L.H, L.I, L.S);
+  FMOE_REQUIRE(L.E <= kRouteMaxExperts, "%s: %d experts; the GPU routing takes at most %d", kOp,
+               L.E, kRouteMaxExperts);
+  L.I_pad = int(cdiv(L.I, 64) * 64);
+  L.NT1 = L.I_pad / 64;
+  L.NB2 = int(cdiv(L.H, 128));
+  L.C = L.S > 0 ? int(cdiv(L.S, L.I_pad)) : 0;
+  FMOE_REQUIRE(L.C <= kMaxSharedChunks,
+               "%s: the shared MLP (intermediate %d) would need %d chunks of the expert "
+               "intermediate %d; at most %d are supported", kOp, L.S, L.C, L.I_pad, kMaxSharedChunks);
+  FMOE_REQUIRE(!L.fp8 || L.C <= 1 || L.I_pad % 128 == 0,
+               "%s: an FP8 shared MLP split into %d chunks needs the expert intermediate (%d) to "
+               "be a multiple of 128, so each chunk starts on a 128-column scale block", kOp, L.C,
+               L.I);
+  L.E_total = L.E + L.C;
+  L.k_total = L.k + L.C;
+  FMOE_REQUIRE(L.k_total <= 32, "%s: top_k + shared chunks = %d exceeds 32", kOp, L.k_total);
+  FMOE_REQUIRE(int64_t(L.E_total) * L.NT1 * 128 < (int64_t(1) << 31) &&
+                   int64_t(L.E_total) * L.H < (int64_t(1) << 31),
+               "%s: %d experts x %d rows exceed the int32 TMA coordinate range", kOp, L.E_total,
+               std::max(L.NT1 * 128, L.H));
+
+  FMOE_CUDA(cudaGetDevice(&L.device));
+  const DeviceState& ds = current_device_state(kOp, w.w13.device_index);
+  (void)ds;
+  const DType wt = L.fp8 ? DType::e4m3 : DType::bf16;
+  const int eb = L.fp8 ? 1 : 2;
+  const int E = L.E, H = L.H, I = L.I, S = L.S;
+  const int64_t KBh = cdiv(H, 128);
+  check_weight("w13", w.w13, wt, {E, 2 * I, H}, L.device);
+  check_weight("w2", w.w2, wt, {E, H, I}, L.device);
+  if (L.fp8) {
+    check_weight("w13_scale", w.w13_scale, DType::f32, {E, cdiv(2 * I, 128), KBh}, L.device);
+    check_weight("w2_scale", w.w2_scale, DType::f32, {E, cdiv(H, 128), cdiv(I, 128)}, L.device);
+  } else {
+    require_absent("w13_scale", w.w13_scale, "bf16 weights have no scales");
+    require_absent("w2_scale", w.w2_scale, "bf16 weights have no scales");
+  }
+  if (cfg.expert_bias) {
+    check_bias("b13", w.b13, {E, 2 * I}, L.device);
+    check_bias("b2", w.b2, {E, H}, L.device);
+  } else {
+    require_absent("b13", w.b13, "the config has no expert biases (expert_bias)");
+    require_absent("b2", w.b2, "the config has no expert biases (expert_bias)");
+  }
+  if (routing_needs_bias(cfg.routing)) {
+    check_weight("routing_bias", w.routing_bias, DType::f32, {E}, L.device);
+  } else {
+    require_absent("routing_bias", w.routing_bias, "the routing function uses no bias");
+  }
+  if (L.S > 0) {
+    check_weight("shared_w13", w.shared_w13, wt, {2 * S, H}, L.device);
+    check_weight("shared_w2", w.shared_w2, wt, {H, S}, L.device);
+    if (L.fp8) {
+      check_weight("shared_w13_scale", w.shared_w13_scale, DType::f32, {cdiv(2 * S, 128), KBh}, L.device);
+      check_weight("shared_w2_scale", w.shared_w2_scale, DType::f32, {cdiv(H, 128), cdiv(S, 128)}, L.device);
+    }
+  } else {
+    require_absent("shared_w13", w.shared_w13, "the config has no shared experts");
+  }
+  if (cfg.shared_expert_gate) {
+    FMOE_REQUIRE(w.shared_gate.numel() == H, "%s: shared_gate must hold H=%d values ([H] or [1, H]), got %s",
+                 kOp, H, w.shared_gate.describe().c_str());
+    check_dtype(kOp, "shared_gate", w.shared_gate, DType::bf16);
+    check_contiguous(kOp, "shared_gate", w.shared_gate);
+    check_aligned(kOp, "shared_gate", w.shared_gate, 16);
+    check_on_device(kOp, "shared_gate", w.shared_gate);
+    check_same_device(kOp, "shared_gate", w.shared_gate, L.device);
+  } else {
+    require_absent("shared_gate", w.shared_gate, "the config has no shared_expert_gate");
+  }
+
+  // ---- GEMM 1 weights: 8-row gate/up pairs, padded to NT1 tiles, shared chunks appended ----
+  const int rows1 = L.NT1 * 128;
+  const int64_t row1_bytes = int64_t(H) * eb;
+  L.w13.resize(size_t(L.E_total) * rows1 * row1_bytes);
+  L.w2.resize(size_t(L.E_total) * H * L.I_pad * eb);
+  auto gather = [&](DeviceBuffer& dst, int64_t dst_row0, int64_t dst_row_bytes, const void* src,
+                    const std::vector<int64_t>& offs, const std::vector<int32_t>& bytes) {
+    const DeviceBuffer d_offs = DeviceBuffer::from(offs), d_bytes = DeviceBuffer::from(bytes);
+    GatherRowsParams gp{dst.get<uint8_t>() + dst_row0 * dst_row_bytes, dst_row_bytes,
+                        static_cast<const uint8_t*>(src), d_offs.get<int64_t>(),
+                        d_bytes.get<int32_t>(), int64_t(offs.size())};
+    launch_gather_rows(gp, stream);
+    FMOE_CUDA(cudaStreamSynchronize(stream));  // before the index buffers are freed
+  };
+  {
+    std::vector<int64_t> offs(size_t(E) * rows1);
+    std::vector<int32_t> bytes(offs.size());
+    for (int e = 0; e < E; ++e)
+      for (int pr = 0; pr < rows1; ++pr) {
+        const int64_t src = gate_up_source_row(pr, 0, I, interleaved);
+        offs[size_t(e) * rows1 + pr] = src < 0 ? 0 : (int64_t(e) * 2 * I + src) * row1_bytes;
+        bytes[size_t(e) * rows1 + pr] = src < 0 ? 0 : int32_t(row1_bytes);
+      }
+    gather(L.w13, 0, row1_bytes, w.w13.data, offs, bytes);
+  }
+  if (L.C > 0) {
+    std::vector<int64_t> offs(size_t(L.C) * rows1);
+    std::vector<int32_t> bytes(offs.size());
+    for (int c = 0; c < L.C; ++c)
+      for (int pr = 0; pr < rows1; ++pr) {
+        // Chunk c holds the shared MLP's intermediate indices [c*I_pad, (c+1)*I_pad).
+        const int64_t i0 = int64_t(c) * L.I_pad;
+        const int64_t src = gate_up_source_row(pr, i0, S, interleaved);
+        offs[size_t(c) * rows1 + pr] = src < 0 ? 0 : src * row1_bytes;
+        bytes[size_t(c) * rows1 + pr] = src < 0 ? 0 : int32_t(row1_bytes);
+      }
+    gather(L.w13, int64_t(E) * rows1, row1_bytes, w.shared_w13.data, offs, bytes);
+  }
+  // ---- GEMM 2 weights: [E_total, H, I_pad], zero columns past I (or past S for the last chunk) --
+  const int64_t row2_bytes = int64_t(L.I_pad) * eb;
+  {
+    std::vector<int64_t> offs(size_t(E) * H);
+    std::vector<int32_t> bytes(offs.size(), int32_t(int64_t(I) * eb));
+    for (int64_t r = 0; r < int64_t(E) * H; ++r) offs[size_t(r)] = r * I * eb;
+    gather(L.w2, 0, row2_bytes, w.w2.data, offs, bytes);
+  }
+  if (L.C > 0) {
+    std::vector<int64_t> offs(size_t(L.C) * H);
+    std::vector<int32_t> bytes(offs.size());
+    for (int c = 0; c < L.C; ++c)
+      for (int n = 0; n < H; ++n) {
+        const int64_t col0 = int64_t(c) * L.I_pad, cols = std::min<int64_t>(L.I_pad, S - col0);
+        offs[size_t(c) * H + n] = (int64_t(n) * S + col0) * eb;
+        bytes[size_t(c) * H + n] = int32_t(std::max<int64_t>(cols, 0) * eb);
+      }
+    gather(L.w2, int64_t(E) * H, row2_bytes, w.shared_w2.data, offs, bytes);
+  }
+  // ---- scales (fp8): one per 8-row group for GEMM 1, DeepSeek's per 128x128 block for GEMM 2 --
+  if (L.fp8) {
+    const std::vector<float> s13 = to_host<float>(w.w13_scale, stream);
+    const std::vector<float> s2 = to_host<float>(w.w2_scale, stream);
+    std::vector<float> sh13, sh2;
+    if (L.C > 0) {
+      sh13 = to_host<float>(w.shared_w13_scale, stream);
+      sh2 = to_host<float>(w.shared_w2_scale, stream);
+    }
+    std::vector<float> p13(size_t(L.E_total) * L.NT1 * KBh * 16, 0.0f);
+    for (int e = 0; e < L.E_total; ++e) {
+      const bool shared = e >= E;
+      const int64_t n_inter = shared ? S : I, i_base = shared ? int64_t(e - E) * L.I_pad : 0;
+      const int64_t blocks_per_row = KBh;
+      for (int t = 0; t < L.NT1; ++t)
+        for (int g2 = 0; g2 < 16; ++g2) {
+          // Group g2 = 2 g + half: rows 16 g + 8 half .. + 7 of tile t.
+          const int pr = t * 128 + 16 * (g2 / 2) + 8 * (g2 % 2);
+          const int64_t src = gate_up_source_row(pr, i_base, n_inter, interleaved);
+          for (int64_t kb = 0; kb < KBh; ++kb) {
+            float v = 0.0f;
+            if (src >= 0) {
+              const int64_t blk_row = src / 128;
+              v = shared ? sh13[size_t(blk_row * blocks_per_row + kb)]
+                         : s13[size_t((int64_t(e) * cdiv(2 * I, 128) + blk_row) * blocks_per_row + kb)];
+            }
+            p13[size_t(((int64_t(e) * L.NT1 + t) * KBh + kb) * 16 + g2)] = v;
+          }
+        }
+    }
+    L.w13_scale = DeviceBuffer::from(p13);
+    const int64_t KB2 = cdiv(L.I_pad, 128), KB2s = cdiv(S, 128);
+    std::vector<float> p2(size_t(L.E_total) * L.NB2 * KB2, 0.0f);
+    std::copy(s2.begin(), s2.end(), p2.begin());  // routed: [E, NB2, ceil(I/128)] = KB2 columns
+    for (int c = 0; c < L.C; ++c)
+      for (int nb = 0; nb < L.NB2; ++nb)
+        for (int64_t kb = 0; kb < KB2; ++kb) {
+          const int64_t src_kb = int64_t(c) * L.I_pad / 128 + kb;  // I_pad % 128 == 0 when C > 1
+          if (src_kb < KB2s)
+            p2[size_t(((int64_t(E) + c) * L.NB2 + nb) * KB2 + kb)] = sh2[size_t(nb * KB2s + src_kb)];
+        }
+    L.w2_scale = DeviceBuffer::from(p2);
+  }
+  // ---- biases, routing bias, shared gate ----
+  if (cfg.expert_bias) {
+    const std::vector<float> b13 = bias_to_host(w.b13, stream), b2 = bias_to_host(w.b2, stream);
+    std::vector<float> p13(size_t(L.E_total) * rows1, 0.0f), p2(size_t(L.E_total) * H, 0.0f);
+    for (int e = 0; e < E; ++e)
+      for (int pr = 0; pr < rows1; ++pr) {
+        const int64_t src = gate_up_source_row(pr, 0, I, interleaved);
+        if (src >= 0) p13[size_t(e) * rows1 + pr] = b13[size_t(int64_t(e) * 2 * I + src)];
+      }
+    std::copy(b2.begin(), b2.end(), p2.begin());
+    L.b13 = DeviceBuffer::from(p13);
+    L.b2 = DeviceBuffer::from(p2);
+  }
+  if (w.routing_bias.data) L.routing_bias = DeviceBuffer::from(to_host<float>(w.routing_bias, stream));
+  if (cfg.shared_expert_gate) L.shared_gate = DeviceBuffer::from(to_host<uint16_t>(w.shared_gate, stream));
+
+  const CUtensorMapDataType tma_t = L.fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  L.w13_desc = make_tma_2d("MoeLayer: w13", L.w13.get(), tma_t, eb, uint64_t(L.E_total) * rows1,
+                           uint64_t(H), uint64_t(row1_bytes), 128, 128 / eb,
+                           CU_TENSOR_MAP_SWIZZLE_128B);
+  L.w2_desc = make_tma_2d("MoeLayer: w2", L.w2.get(), tma_t, eb, uint64_t(L.E_total) * H,
+                          uint64_t(L.I_pad), uint64_t(row2_bytes), 128, 128 / eb,
+                          CU_TENSOR_MAP_SWIZZLE_128B);
+  FMOE_CUDA(cudaStreamSynchronize(stream));
+}
+
+MoeLayer::~MoeLayer() = default;
+MoeLayer::MoeLayer(MoeLayer&&) noexcept = default;
+MoeLayer& MoeLayer::operator=(MoeLayer&&) noexcept = default;
+
+const MoeConfig& MoeLayer::config() const { return impl_->cfg; }
+
+size_t MoeLayer::prepared_bytes() const {
+  const Impl& L = *impl_;
+  return L.w13.bytes() + L.w13_scale.bytes() + L.w2.bytes() + L.w2_scale.bytes() + L.b13.bytes() +
+         L.b2.bytes() + L.routing_bias.bytes() + L.shared_gate.bytes();
+}
+
+// ================================================================================================
+// The workspace and one forward call.
+// ================================================================================================
+namespace detail {
+
+// Status words first: their place does not depend on T, so dropped_routes finds them.
+size_t layer_workspace_layout(const MoeLayer::Impl& L, int T, ReductionMode mode, void* base,
+                              LayerWorkspace* ws) {
+  FMOE_REQUIRE(T >= 0, "%s: max_tokens must be >= 0, got %d", kOp, T);
+  const int64_t R = int64_t(T) * L.k_total;
+  FMOE_REQUIRE(R * std::max(L.H, L.I_pad) < (int64_t(1) << 40) && int64_t(T) * L.E_total < (int64_t(1) << 31),
+               "%s: max_tokens=%d is too large for this layer", kOp, T);
+  const int64_t t_rows = int64_t(T) * (L.on_input && L.C > 0 ? 2 : 1);
+  const int eb = L.fp8 ? 1 : 2;
+  size_t off = 0;
+  auto take = [&](auto*& ptr, int64_t count, int64_t elem_bytes = 0) {
+    using T_ = std::remove_pointer_t<std::remove_reference_t<decltype(ptr)>>;
+    const int64_t b = elem_bytes ? elem_bytes : int64_t(sizeof(T_));
+    if (base) ptr = reinterpret_cast<T_*>(static_cast<uint8_t*>(base) + off);
+    off = align_up(off + size_t(count * b));
+  };
+  LayerWorkspace dummy;
+  LayerWorkspace& w = ws ? *ws : dummy;
+  take(w.status, kStatusWords);
+  take(w.counts, L.E_total);
+  take(w.tile_offsets, L.E_total + 1);
+  take(w.route_offsets, L.E_total + 1);
+  take(w.topk_ids, R);
+  take(w.topk_weights, R);
+  take(w.route_slot, R);
+  take(w.sorted_route, int64_t(L.E_total) * T);
+  // The rows GEMM 1 reads: fp8 always; bf16 only when they differ from x (weight on the input).
+  const bool own_rows = L.fp8 || L.on_input;
+  take(w.rows, own_rows ? t_rows * L.H : 0, eb);
+  take(w.row_scales, L.fp8 ? t_rows * cdiv(L.H, 128) : 0);
+  take(w.h, R * L.I_pad, eb);
+  take(w.h_scale, L.fp8 ? R * (L.I_pad / 64) : 0);
+  take(w.acc, (mode == ReductionMode::fast ? int64_t(T) : R) * L.H);
+  return off;
+}
+
+namespace {
+
+void fill_gemm_common(GroupedGemmParams& g, const MoeLayer::Impl& L, const LayerWorkspace& ws,
+                      int T, bool fused, bool static_tiles) {
+  g.counts = ws.counts;
+  g.tile_offsets = ws.tile_offsets;
+  g.route_offsets = ws.route_offsets;
+  g.sorted_route = ws.sorted_route;
+  g.topk_weights = ws.topk_weights;
+  g.topk_ids = ws.topk_ids;
+  g.status = ws.status;
+  g.T = T;
+  g.E = L.E_total;
+  g.k = L.k_total;
+  g.k_routed = L.k;
+  g.weight_on_input = L.on_input;
+  g.fused_schedule = fused;
+  g.R = T * L.k_total;
+  g.static_tiles = static_tiles;
+  g.prefetch_units = knobs().prefetch_units;
+}
+
+}  // namespace
+
+LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, void* workspace,
+                             size_t workspace_bytes, cudaStream_t stream) {
+  LayerPlan plan;
+  const MoeConfig& cfg = L.cfg;
+  FMOE_REQUIRE(a.x.ndim == 2, "%s: x must be [T, H=%d] bf16, got %s", kOp, L.H, a.x.describe().c_str());
+  const int T = int(a.x.shape[0]), H = L.H, E = L.E, k = L.k;
+  FMOE_REQUIRE(a.x.shape[0] >= 0 && a.x.shape[0] < (int64_t(1) << 31), "%s: x has %lld rows", kOp,
+               (long long)a.x.shape[0]);
+  check_dtype(kOp, "x", a.x, DType::bf16);
+  check_shape(kOp, "x", a.x, {T, H});
+  check_unit_inner_stride(kOp, "x", a.x);
+  check_aligned(kOp, "x", a.x, 16);
+  check_data(kOp, "x", a.x);
+  check_dtype(kOp, "y", a.y, DType::bf16);
+  check_shape(kOp, "y", a.y, {T, H});
+  check_unit_inner_stride(kOp, "y", a.y);
+  check_aligned(kOp, "y", a.y, 16);
+  check_data(kOp, "y", a.y);
+  std::vector<std::pair<const char*, const TensorRef*>> on_gpu = {{"x", &a.x}, {"y", &a.y}};
+  if (a.routing_given) {
+    check_dtype(kOp, "topk_ids", a.topk_ids, DType::i32);
+    check_shape(kOp, "topk_ids", a.topk_ids, {T, k});
+    check_contiguous(kOp, "topk_ids", a.topk_ids);
+    check_aligned(kOp, "topk_ids", a.topk_ids, 4);
+    check_data(kOp, "topk_ids", a.topk_ids);
+    check_dtype(kOp, "topk_weights", a.topk_weights, DType::f32);
+    check_shape(kOp, "topk_weights", a.topk_weights, {T, k});
+    check_contiguous(kOp, "topk_weights", a.topk_weights);
+    check_aligned(kOp, "topk_weights", a.topk_weights, 4);
+    check_data(kOp, "topk_weights", a.topk_weights);
+    on_gpu.push_back({"topk_ids", &a.topk_ids});
+    on_gpu.push_back({"topk_weights", &a.topk_weights});
+  } else {
+    check_dtype(kOp, "router_logits", a.router_logits, DType::f32);
+    check_shape(kOp, "router_logits", a.router_logits, {T, E});
+    check_unit_inner_stride(kOp, "router_logits", a.router_logits);
+    check_aligned(kOp, "router_logits", a.router_logits, 4);
+    check_data(kOp, "router_logits", a.router_logits);
+    on_gpu.push_back({"router_logits", &a.router_logits});
+  }
+  for (const auto& [name, t] : on_gpu) {
+    check_on_device(kOp, name, *t);
+    check_same_device(kOp, name, *t, L.device);
+  }
+  const size_t need = layer_workspace_layout(L, T, a.mode, nullptr, nullptr);
+  FMOE_REQUIRE(workspace != nullptr, "%s: workspace is null", kOp);
+  FMOE_REQUIRE(reinterpret_cast<uintptr_t>(workspace) % kAlign == 0,
+               "%s: workspace must be %zu-byte aligned, got %p", kOp, kAlign, workspace);
+  FMOE_REQUIRE(workspace_bytes >= need,
+               "%s: workspace of %zu bytes is smaller than the %zu bytes T=%d needs (size it with "
+               "workspace_size)", kOp, workspace_bytes, need, T);
+  const DeviceState& ds = current_device_state(kOp, L.device);
+  LayerWorkspace& ws = plan.ws;
+  layer_workspace_layout(L, T, a.mode, workspace, &ws);
+  if (T == 0) {
+    // y is empty: nothing to compute; the status words still describe this call.
+    FMOE_CUDA(cudaMemsetAsync(ws.status, 0, kStatusWords * sizeof(int32_t), stream));
+    return plan;
+  }
+  if (a.routing_given && a.validate_routing) check_given_ids(kOp, a.topk_ids, E, stream);
+  plan.T = T;
+  plan.num_sms = ds.sms;
+  const bool det = a.mode == ReductionMode::deterministic;
+  const int eb = L.fp8 ? 1 : 2;
+  const GemmWeights gw = L.fp8 ? GemmWeights::fp8_block : GemmWeights::bf16;
+
+  // ---- configs: one token-tile width for both GEMMs (they share the schedule's table) ----
+  const GemmFamily up_fam{gw, GemmRows::gathered, GemmEpilogue::swiglu};
+  const GemmFamily down_fam{gw, GemmRows::tma, GemmEpilogue::combine};
+  const int bt = select_block_t(T, k, E, knobs().force_config, {up_fam, down_fam}, &plan.config_reason);
+  plan.up_config = gemm_config_of(up_fam.weights, up_fam.rows, up_fam.epilogue, bt);
+  plan.down_config = gemm_config_of(down_fam.weights, down_fam.rows, down_fam.epilogue, bt);
+  const int R = T * L.k_total;
+  plan.fused_schedule = knobs().fused_schedule && bt <= 64 && R <= kFusedScheduleRoutes;
+  const double hit = 1.0 - std::pow(1.0 - double(k) / E, double(T));  // P(a routed expert is hit)
+  const bool static_tiles = hit > 0.9 && double(T) * k / E <= bt / 2.0;
+  if (knobs().print_config)
+    std::fprintf(stderr, "[fusedmoe] %s T=%d E=%d+%d k=%d+%d H=%d I=%d %s %s: %s + %s%s (%s)\n",
+                 kOp, T, E, L.C, k, L.C, H, L.I, precision_name(cfg.weight_precision),
+                 reduction_mode_name(a.mode), gemm_config_info(plan.up_config).name,
+                 gemm_config_info(plan.down_config).name,
+                 plan.fused_schedule ? ", fused schedule" : "", plan.config_reason.c_str());
+
+  // ---- stage 1: route + rows ----
+  const int64_t KBh = cdiv(H, 128);
+  RouteQuantParams& rq = plan.route_quant;
+  set_routing_params(rq, cfg.routing, L.routing_bias.get<float>(), E, k);
+  rq.logits = static_cast<const float*>(a.router_logits.data);
+  rq.logits_ld = a.router_logits.ndim == 2 ? a.router_logits.stride[0] : E;
+  rq.routing_given = a.routing_given;
+  rq.given_ids = a.routing_given ? static_cast<const int32_t*>(a.topk_ids.data) : nullptr;
+  rq.given_weights = a.routing_given ? static_cast<const float*>(a.topk_weights.data) : nullptr;
+  rq.k_total = L.k_total;
+  rq.shared_gate = L.shared_gate.get<__nv_bfloat16>();
+  rq.x = static_cast<const __nv_bfloat16*>(a.x.data);
+  rq.ldx = a.x.stride[0];
+  rq.T = T;
+  rq.K = H;
+  rq.KB = int(KBh);
+  rq.row_format = L.fp8 ? RowFormat::fp8 : (L.on_input ? RowFormat::bf16 : RowFormat::none);
+  rq.shared_rows = L.on_input && L.C > 0;
+  rq.topk_ids = ws.topk_ids;
+  rq.topk_weights = ws.topk_weights;
+  rq.rows = ws.rows;
+  rq.row_scales = ws.row_scales;
+  rq.zero_rows = det ? nullptr : ws.acc;
+  rq.N = H;
+  rq.E_total = L.E_total;
+  rq.counts = ws.counts;
+  rq.status = ws.status;
+
+  // ---- stage 2: schedule ----
+  ScheduleParams& sp = plan.schedule;
+  sp.topk_ids = ws.topk_ids;
+  sp.T = T;
+  sp.k = L.k_total;
+  sp.E = L.E_total;
+  sp.block_t = bt;
+  sp.static_tiles = static_tiles;
+  sp.counts = ws.counts;
+  sp.tile_offsets = ws.tile_offsets;
+  sp.route_offsets = ws.route_offsets;
+  sp.sorted_route = ws.sorted_route;
+  sp.route_slot = ws.route_slot;
+  sp.status = ws.status;
+
+  // ---- GEMM 1: gate/up, gathered rows, swiglu epilogue -> h ----
+  GroupedGemmParams& g1 = plan.up;
+  fill_gemm_common(g1, L, ws, T, plan.fused_schedule, static_tiles);
+  g1.w_desc = L.w13_desc;
+  g1.w_scale = L.w13_scale.get<float>();
+  g1.sb_groups = 16;
+  g1.n_rows = L.NT1 * 128;
+  if (L.fp8 || L.on_input) {
+    g1.a = ws.rows;
+    g1.lda = int64_t(H) * eb;
+  } else {
+    g1.a = static_cast<const uint8_t*>(a.x.data);  // bf16 rows straight from x
+    g1.lda = a.x.stride[0] * 2;
+  }
+  g1.sa = ws.row_scales;
+  g1.sa_ld = KBh;
+  g1.shared_row_offset = rq.shared_rows ? T : 0;
+  g1.N = L.NT1 * 128;
+  g1.K = H;
+  g1.KB = int(cdiv(int64_t(H) * eb, 128));
+  g1.NB = L.NT1;
+  g1.bias = L.b13.get<float>();
+  g1.h = ws.h;
+  g1.ldh = int64_t(L.I_pad) * eb;
+  g1.h_scale = ws.h_scale;
+  g1.h_scale_ld = L.I_pad / 64;
+  g1.act_clamped = cfg.activation.fn == ActivationFn::swiglu_clamped;
+  g1.act_alpha = cfg.activation.alpha;
+  g1.act_limit = cfg.activation.limit;
+
+  // ---- GEMM 2: down, compact rows of h by TMA, combine epilogue -> acc ----
+  GroupedGemmParams& g2 = plan.down;
+  fill_gemm_common(g2, L, ws, T, plan.fused_schedule, static_tiles);
+  g2.w_desc = L.w2_desc;
+  g2.w_scale = L.w2_scale.get<float>();
+  g2.sb_groups = 1;
+  g2.n_rows = H;
+  g2.a_desc = make_tma_2d("MoeLayer: intermediate", ws.h,
+                          L.fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                          eb, uint64_t(R), uint64_t(L.I_pad), uint64_t(L.I_pad) * eb, uint32_t(bt),
+                          128 / eb, CU_TENSOR_MAP_SWIZZLE_128B);
+  g2.sa = ws.h_scale;
+  g2.sa_ld = L.I_pad / 64;
+  g2.N = H;
+  g2.K = L.I_pad;
+  g2.KB = int(cdiv(int64_t(L.I_pad) * eb, 128));
+  g2.NB = L.NB2;
+  g2.deterministic = det;
+  g2.out = ws.acc;
+  g2.bias = L.b2.get<float>();
+
+  // ---- finalize ----
+  FinalizeParams& fp = plan.finalize;
+  fp.deterministic = det;
+  fp.T = T;
+  fp.N = H;
+  fp.k = L.k_total;
+  fp.acc = ws.acc;
+  fp.route_slot = plan.fused_schedule ? nullptr : ws.route_slot;
+  fp.topk_ids = ws.topk_ids;
+  fp.E = L.E_total;
+  fp.y = static_cast<__nv_bfloat16*>(a.y.data);
+  fp.ldy = a.y.stride[0];
+  return plan;
+}
+
+const char* layer_stage_name(LayerStage s) {
+  switch (s) {
+    case LayerStage::route_quant: return "route_quant";
+    case LayerStage::schedule: return "schedule";
+    case LayerStage::gate_up: return "gate_up";
+    case LayerStage::down: return "down";
+    case LayerStage::finalize: return "finalize";
+  }
+  return "?";
+}
+
+void run_layer_stage(const LayerPlan& plan, LayerStage stage, cudaStream_t stream) {
+  if (plan.T == 0) return;
+  switch (stage) {
+    case LayerStage::route_quant: return launch_route_quant(plan.route_quant, stream);
+    case LayerStage::schedule:
+      if (plan.fused_schedule) return;  // the GEMMs build it
+      return launch_schedule(plan.schedule, stream);
+    case LayerStage::gate_up: return launch_grouped_gemm(plan.up_config, plan.up, plan.num_sms, stream);
+    case LayerStage::down: return launch_grouped_gemm(plan.down_config, plan.down, plan.num_sms, stream);
+    case LayerStage::finalize: return launch_finalize(plan.finalize, stream);
+  }
+}
+
+}  // namespace detail
+
+size_t MoeLayer::workspace_size(int max_tokens, ReductionMode mode) const {
+  return detail::layer_workspace_layout(*impl_, max_tokens, mode, nullptr, nullptr);
+}
+
+void MoeLayer::forward(const MoeForwardArgs& args, void* workspace, size_t workspace_bytes,
+                       Stream stream_in) const {
+  using namespace detail;
+  cudaStream_t stream = reinterpret_cast<cudaStream_t>(stream_in);
+  const LayerPlan plan = plan_layer_forward(*impl_, args, workspace, workspace_bytes, stream);
+  for (LayerStage s : kLayerStages) run_layer_stage(plan, s, stream);
+}
+
+int MoeLayer::dropped_routes(const void* workspace, Stream stream) const {
+  FMOE_REQUIRE(workspace, "MoeLayer::dropped_routes: workspace is null");
+  int32_t dropped = 0;
+  FMOE_CUDA(cudaMemcpyAsync(&dropped, static_cast<const int32_t*>(workspace) + detail::kStatusDropped,
+                            sizeof(dropped), cudaMemcpyDeviceToHost,
+                            reinterpret_cast<cudaStream_t>(stream)));
+  FMOE_CUDA(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)));
+  return dropped;
+}
+
+}  // namespace fusedmoe

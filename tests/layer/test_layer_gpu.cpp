@@ -1,0 +1,180 @@
+// The whole MoE layer on the GPU (MoeLayer) against the three oracles of layer_test_util.hpp:
+// every preset's routing, activation and shared experts (shrunk, and a few at full size), FP8 and
+// BF16 weights, T in {0, 1, 5, 128, 300, 3000}, hot-expert and caller-given routing, both
+// reduction modes, odd sizes (I not a multiple of 64, H not a multiple of 128, a shared MLP in
+// several chunks), CUDA-graph replays, and bad ids dropped the same way by every schedule path.
+#include <cuda_runtime_api.h>
+
+#include "tests/layer/layer_test_util.hpp"
+
+using namespace fusedmoe;
+using namespace fusedmoe::test;
+
+namespace {
+
+constexpr ReductionMode kModes[] = {ReductionMode::fast, ReductionMode::deterministic};
+
+// end_to_end: also against ref::moe_layer (slow for full-size presets, whose weights are then
+// drawn as codes: seconds instead of minutes).
+void run_case(const LayerCase& c, int seeds = 1, bool end_to_end = true) {
+  std::vector<uint64_t> all = seeds_for(hash_ints({c.T, c.cfg.hidden, c.cfg.intermediate,
+                                                   c.cfg.num_experts, int(c.mode), int(c.route),
+                                                   int(c.cfg.weight_precision)}));
+  all.erase(all.begin(), all.end() - std::min<int>(seeds, int(all.size())));  // the fresh seed last
+  for (uint64_t seed : all) {
+    const LayerData d = make_layer_data(c, seed, /*codes=*/!end_to_end);
+    const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+    const LayerRun run = run_layer(*g.layer, c, d);
+    const std::string ctx = c.describe() + strf(" seed %llu", (unsigned long long)seed);
+    EXPECT_EQ(run.dropped, 0) << ctx;
+    if (c.T == 0) continue;
+    check_gate_up(c, d, g.layer->impl(), run, ctx);
+    check_down(c, d, g.layer->impl(), run, ctx);
+    if (end_to_end) check_end_to_end(c, d, run, ctx);
+  }
+}
+
+LayerCase make_case(const MoeConfig& cfg, int T, ReductionMode m, LayerRoute r = LayerRoute::computed) {
+  LayerCase c;
+  c.cfg = cfg;
+  c.T = T;
+  c.mode = m;
+  c.route = r;
+  return c;
+}
+
+}  // namespace
+
+TEST(LayerGpu, EveryPresetShrunk) {
+  FMOE_SKIP_WITHOUT_GPU();
+  for (const MoeConfig& preset : model_presets())
+    for (Precision p : {Precision::fp8_block, Precision::bf16}) {
+      const MoeConfig cfg = scaled(preset, 256, 128, 32, p);
+      for (int T : {0, 1, 5, 128})
+        for (ReductionMode m : kModes) run_case(make_case(cfg, T, m));
+    }
+}
+
+TEST(LayerGpu, LargeTSeveralTokenTilesPerExpert) {
+  FMOE_SKIP_WITHOUT_GPU();
+  const MoeConfig qwen = scaled(find_preset("qwen3.5-35b-a3b"), 512, 256, 16, Precision::fp8_block);
+  for (ReductionMode m : kModes) run_case(make_case(qwen, 3000, m), 1, false);
+  const MoeConfig oss = scaled(find_preset("gpt-oss-120b"), 256, 128, 8, Precision::bf16);
+  run_case(make_case(oss, 300, ReductionMode::fast, LayerRoute::hot));
+}
+
+TEST(LayerGpu, OddSizesAndSharedChunks) {
+  FMOE_SKIP_WITHOUT_GPU();
+  for (Precision p : {Precision::fp8_block, Precision::bf16}) {
+    MoeConfig c = scaled(find_preset("qwen3.5-35b-a3b"), 272, 80, 12, p);  // I_pad 128, H % 128 = 16
+    for (ReductionMode m : kModes) run_case(make_case(c, 37, m));
+    MoeConfig chunks = scaled(find_preset("deepseek-v3"), 384, 128, 16, p);
+    chunks.shared_intermediate = 320;  // three chunks of 128, the last one half empty
+    for (ReductionMode m : kModes) run_case(make_case(chunks, 20, m));
+    MoeConfig llama = scaled(find_preset("llama4-maverick"), 256, 192, 16, p);  // weight on input + shared
+    run_case(make_case(llama, 40, ReductionMode::fast, LayerRoute::hot));
+  }
+}
+
+TEST(LayerGpu, FullSizePresetsAtDecode) {
+  FMOE_SKIP_WITHOUT_GPU();
+  for (const char* name : {"qwen3.5-35b-a3b", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-120b"}) {
+    MoeConfig cfg = find_preset(name);
+    if (cfg.weight_precision != Precision::fp8_block && cfg.weight_precision != Precision::bf16)
+      cfg.weight_precision = cfg.activation_precision = Precision::fp8_block;
+    run_case(make_case(cfg, name == std::string("qwen3.5-35b-a3b") ? 128 : 3, ReductionMode::fast), 1, false);
+  }
+}
+
+TEST(LayerGpu, GivenRoutingAndRepeatsDroppedAtEveryT) {
+  FMOE_SKIP_WITHOUT_GPU();
+  const MoeConfig cfg = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 16, Precision::fp8_block);
+  for (int T : {6, 200}) {  // fused schedule, schedule kernel
+    LayerCase c = make_case(cfg, T, ReductionMode::deterministic, LayerRoute::given);
+    LayerData d = make_layer_data(c, 77 + T);
+    const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+    run_case(c);
+    std::vector<int32_t> ids = d.given.ids;
+    ids[1] = ids[0];   // token 0 repeats its first expert
+    ids[3] = 1000;     // token 0 (k=8) or 1: out of range
+    try {
+      run_layer(*g.layer, c, d, true, &ids);
+      ADD_FAILURE() << "validated caller ids with a repeat were accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("topk_ids[0, "), std::string::npos) << e.what();
+    }
+    const LayerRun run = run_layer(*g.layer, c, d, false, &ids);
+    EXPECT_EQ(run.dropped, 2) << "T=" << T;
+    check_gate_up(c, d, g.layer->impl(), run, c.describe() + " repeats");
+    check_down(c, d, g.layer->impl(), run, c.describe() + " repeats");
+  }
+}
+
+TEST(LayerGpu, GraphReplaysAndDeterminism) {
+  FMOE_SKIP_WITHOUT_GPU();
+  const MoeConfig cfg = scaled(find_preset("deepseek-v3"), 512, 256, 32, Precision::fp8_block);
+  for (ReductionMode m : kModes) {
+    LayerCase c = make_case(cfg, 100, m);
+    const LayerData d = make_layer_data(c, 5);
+    const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+    const int T = c.T, H = cfg.hidden;
+    DeviceBuffer d_x = DeviceBuffer::from(d.x_bits), d_logits = DeviceBuffer::from(d.logits);
+    DeviceBuffer d_y(size_t(T) * H * 2), ws(g.layer->workspace_size(T, m));
+    MoeForwardArgs a;
+    a.x = TensorRef::contiguous(d_x.get(), DType::bf16, {T, H}, Device::cuda);
+    a.router_logits = TensorRef::contiguous(d_logits.get(), DType::f32, {T, cfg.num_experts}, Device::cuda);
+    a.y = TensorRef::contiguous(d_y.get(), DType::bf16, {T, H}, Device::cuda);
+    a.mode = m;
+    cudaStream_t s;
+    FMOE_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    g.layer->forward(a, ws.get(), ws.bytes(), s);
+    FMOE_CUDA(cudaStreamSynchronize(s));
+    const std::vector<uint16_t> first = d_y.to_host<uint16_t>();
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    FMOE_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < 3; ++i) g.layer->forward(a, ws.get(), ws.bytes(), s);
+    FMOE_CUDA(cudaStreamEndCapture(s, &graph));
+    FMOE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    d_y.fill(0xFF);
+    for (int i = 0; i < 5; ++i) FMOE_CUDA(cudaGraphLaunch(exec, s));
+    FMOE_CUDA(cudaStreamSynchronize(s));
+    const std::vector<uint16_t> last = d_y.to_host<uint16_t>();
+    const ref::LayerResult want = ref::moe_layer(d.lw, d.x.data(), d.logits.data(), T);
+    const cli::LayerCheck chk = cli::check_layer_output(last, want.y);
+    EXPECT_LE(chk.rel_l2, 2e-2) << c.describe() << " after graph replays";
+    if (m == ReductionMode::deterministic) {
+      EXPECT_EQ(first, last) << "deterministic mode must be bitwise stable";
+    }
+    FMOE_CUDA(cudaGraphExecDestroy(exec));
+    FMOE_CUDA(cudaGraphDestroy(graph));
+    FMOE_CUDA(cudaStreamDestroy(s));
+  }
+}
+
+TEST(LayerGpu, EveryCompiledLayerConfigRuns) {
+  FMOE_SKIP_WITHOUT_GPU();
+  for (int i = 0; i < int(detail::GemmConfigId::count); ++i) {
+    const detail::GemmConfigInfo ci = detail::gemm_config_info(detail::GemmConfigId(i));
+    if (ci.epilogue != detail::GemmEpilogue::swiglu) continue;  // one run covers up + down
+    detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, ci.name);
+    const Precision p = ci.weights == detail::GemmWeights::bf16 ? Precision::bf16 : Precision::fp8_block;
+    const MoeConfig cfg = scaled(find_preset("qwen3-30b-a3b"), 256, 192, 8, p);
+    for (ReductionMode m : kModes) run_case(make_case(cfg, 90, m), 1, false);  // ~90 rows per expert
+  }
+}
+
+TEST(LayerGpu, SanitizerSmall) {
+  // For compute-sanitizer (scripts/gpu_check.sh): H=2880 gives GEMM 1 23 k-blocks (every k-stage
+  // ring wraps), forced BLOCK_T=128 with ~150 routes per expert gives several token tiles per
+  // expert; fp8 and bf16, both modes; T=4 runs the fused schedule.
+  FMOE_SKIP_WITHOUT_GPU();
+  for (Precision p : {Precision::fp8_block, Precision::bf16}) {
+    const MoeConfig wide = scaled(find_preset("gpt-oss-120b"), 2880, 128, 4, p);
+    for (ReductionMode m : kModes) run_case(make_case(wide, 4, m), 1, false);
+    detail::ScopedKnob<std::string> force(&detail::Knobs::force_config,
+                                          p == Precision::bf16 ? "up_bf16_bt128_s5" : "up_fp8_bt128_s5");
+    const MoeConfig qwen = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 8, p);
+    for (ReductionMode m : kModes) run_case(make_case(qwen, 150, m), 1, false);
+  }
+}

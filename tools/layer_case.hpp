@@ -1,0 +1,211 @@
+// One MoE layer of a model on the GPU from the CPU reference's weights, and the check of its
+// output against the reference. Shared by `fusedmoe run` (tools/run.cpp), `fusedmoe bench --op
+// layer` (bench/layer.cpp) and the GPU layer tests. Header-only, CUDA builds only.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/device_buffer.hpp"
+#include "common/parallel.hpp"
+#include "fusedmoe/error.hpp"
+#include "fusedmoe/formats.hpp"
+#include "fusedmoe/layer.hpp"
+#include "ref/random.hpp"
+#include "ref/ref.hpp"
+
+namespace fusedmoe::cli {
+
+/// The reference's weights uploaded in checkpoint layouts, and the layer prepared from them.
+struct GpuLayer {
+  std::vector<DeviceBuffer> buffers;  // the checkpoint-layout tensors (MoeLayer copies them)
+  std::unique_ptr<MoeLayer> layer;
+};
+
+namespace layer_case_detail {
+
+inline DType weight_dtype(const ref::WeightSet& w) {
+  return w.precision == Precision::bf16 ? DType::bf16 : DType::e4m3;
+}
+
+inline TensorRef upload_values(std::vector<DeviceBuffer>& bufs, const ref::WeightSet& w,
+                               std::initializer_list<int64_t> shape) {
+  FMOE_REQUIRE(w.precision != Precision::nvfp4, "the GPU layer takes fp8_block or bf16 weights");
+  bufs.push_back(w.precision == Precision::bf16 ? DeviceBuffer::from(w.bf16) : DeviceBuffer::from(w.q));
+  return TensorRef::contiguous(bufs.back().get(), weight_dtype(w), shape, Device::cuda);
+}
+
+inline TensorRef upload_scales(std::vector<DeviceBuffer>& bufs, const ref::WeightSet& w,
+                               std::initializer_list<int64_t> shape) {
+  if (w.precision != Precision::fp8_block) return {};
+  bufs.push_back(DeviceBuffer::from(w.scale));
+  return TensorRef::contiguous(bufs.back().get(), DType::f32, shape, Device::cuda);
+}
+
+inline TensorRef upload_f32(std::vector<DeviceBuffer>& bufs, const std::vector<float>& v,
+                            std::initializer_list<int64_t> shape) {
+  if (v.empty()) return {};
+  bufs.push_back(DeviceBuffer::from(v));
+  return TensorRef::contiguous(bufs.back().get(), DType::f32, shape, Device::cuda);
+}
+
+}  // namespace layer_case_detail
+
+/// Uploads `lw` (in the checkpoint layouts MoeLayerWeights documents) and prepares the layer.
+inline GpuLayer make_gpu_layer(const ref::LayerWeights& lw, cudaStream_t stream) {
+  using namespace layer_case_detail;
+  const MoeConfig& c = lw.cfg;
+  const int64_t E = c.num_experts, H = c.hidden, I = c.intermediate, S = c.shared_intermediate;
+  auto blocks = [](int64_t n) { return (n + 127) / 128; };
+  GpuLayer g;
+  g.buffers.reserve(16);
+  MoeLayerWeights w;
+  w.w13 = upload_values(g.buffers, lw.w13, {E, 2 * I, H});
+  w.w13_scale = upload_scales(g.buffers, lw.w13, {E, blocks(2 * I), blocks(H)});
+  w.w2 = upload_values(g.buffers, lw.w2, {E, H, I});
+  w.w2_scale = upload_scales(g.buffers, lw.w2, {E, blocks(H), blocks(I)});
+  if (c.expert_bias) {
+    w.b13 = upload_f32(g.buffers, lw.b13, {E, 2 * I});
+    w.b2 = upload_f32(g.buffers, lw.b2, {E, H});
+  }
+  w.routing_bias = upload_f32(g.buffers, lw.route_bias, {E});
+  if (c.num_shared_experts > 0) {
+    w.shared_w13 = upload_values(g.buffers, lw.shared_w13, {2 * S, H});
+    w.shared_w13_scale = upload_scales(g.buffers, lw.shared_w13, {blocks(2 * S), blocks(H)});
+    w.shared_w2 = upload_values(g.buffers, lw.shared_w2, {H, S});
+    w.shared_w2_scale = upload_scales(g.buffers, lw.shared_w2, {blocks(H), blocks(S)});
+    if (c.shared_expert_gate) {
+      std::vector<uint16_t> bits(lw.shared_gate.size());
+      for (size_t i = 0; i < bits.size(); ++i) bits[i] = fmt::bf16_from_float(lw.shared_gate[i]);
+      g.buffers.push_back(DeviceBuffer::from(bits));
+      w.shared_gate = TensorRef::contiguous(g.buffers.back().get(), DType::bf16, {H}, Device::cuda);
+    }
+  }
+  g.layer = std::make_unique<MoeLayer>(c, w, stream);
+  return g;
+}
+
+/// Random layer weights drawn directly as codes (fp8: e4m3 codes over the non-NaN codes and
+/// block scales in [0.5, 1.5) * sqrt(3/K) / 448; bf16: values uniform in +-sqrt(3/K)): seconds
+/// for the largest presets, where quantizing random floats (ref::make_random_layer) takes
+/// minutes. Biases, routing bias and shared gate as the reference draws them.
+inline ref::WeightSet random_weight_codes(Precision p, int E, int N, int K, uint64_t seed,
+                                          uint64_t stream) {
+  ref::WeightSet w;
+  w.precision = p;
+  w.E = E;
+  w.N = N;
+  w.K = K;
+  const int64_t n = int64_t(E) * N * K;
+  const double amp = std::sqrt(3.0 / K);
+  if (p == Precision::bf16) {
+    w.bf16.resize(size_t(n));
+    detail::parallel_for(n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        w.bf16[size_t(i)] = fmt::bf16_from_float(float(amp * ref::uniform_pm1(seed, stream, uint64_t(i))));
+    }, 1 << 16);
+    return w;
+  }
+  FMOE_REQUIRE(p == Precision::fp8_block, "random_weight_codes: %s weights are not drawn as codes",
+               precision_name(p));
+  w.q.resize(size_t(n));
+  const int64_t nb = (N + 127) / 128, kb = (K + 127) / 128;
+  w.scale.resize(size_t(E * nb * kb));
+  detail::parallel_for((n + 7) / 8, [&](int64_t b, int64_t e) {
+    for (int64_t word = b; word < e; ++word) {
+      uint64_t bits = ref::hash3(seed, stream, uint64_t(word));
+      for (int j = 0; j < 8 && word * 8 + j < n; ++j, bits >>= 8) {
+        uint8_t code = uint8_t(bits);
+        if ((code & 0x7F) == 0x7F) code ^= 0x01;  // no NaN codes
+        w.q[size_t(word * 8 + j)] = code;
+      }
+    }
+  }, 1 << 14);
+  for (size_t i = 0; i < w.scale.size(); ++i)
+    w.scale[i] = float((0.5 + 0.5 * (ref::uniform_pm1(seed, stream ^ 0x5CA1E, i) + 1.0)) * amp / 448.0);
+  return w;
+}
+
+inline ref::LayerWeights random_layer_codes(const MoeConfig& cfg, uint64_t seed) {
+  ref::LayerWeights lw;
+  lw.cfg = cfg;
+  const int H = cfg.hidden, I = cfg.intermediate, E = cfg.num_experts;
+  lw.w13 = random_weight_codes(cfg.weight_precision, E, 2 * I, H, seed, 0x131);
+  lw.w2 = random_weight_codes(cfg.weight_precision, E, H, I, seed, 0x132);
+  if (cfg.expert_bias) {
+    lw.b13 = ref::random_bf16(int64_t(E) * 2 * I, seed, 0x133, 0.1f);
+    lw.b2 = ref::random_bf16(int64_t(E) * H, seed, 0x134, 0.1f);
+  }
+  if (cfg.routing.correction_bias) lw.route_bias = ref::random_bf16(E, seed, 0x135, 0.05f);
+  if (cfg.routing.router_bias) lw.route_bias = ref::random_bf16(E, seed, 0x135, 0.5f);
+  if (cfg.num_shared_experts > 0) {
+    const int S = cfg.shared_intermediate;
+    lw.shared_w13 = random_weight_codes(cfg.weight_precision, 1, 2 * S, H, seed, 0x136);
+    lw.shared_w2 = random_weight_codes(cfg.weight_precision, 1, H, S, seed, 0x137);
+    if (cfg.shared_expert_gate)
+      lw.shared_gate = ref::random_bf16(H, seed, 0x138, float(std::sqrt(3.0 / H)));
+  }
+  return lw;
+}
+
+/// GPU output y (bf16 bits) against the reference (bf16-valued floats): per element
+/// |got - want| <= 2^-6 |want| + 2^-9 max|want| (bf16 output rounding, fp32 accumulation, and an
+/// fp8 intermediate code the two sides round differently from values a few ulps apart), and the
+/// relative L2 error <= 2^-8. NaN and Inf must sit where the reference has them.
+struct LayerCheck {
+  double max_abs_err = 0, max_rel_err = 0, rel_l2 = 0;
+  int64_t bad = 0, worst = -1;
+  bool ok() const { return bad == 0 && rel_l2 <= 1.0 / 256; }
+};
+
+inline LayerCheck check_layer_output(const std::vector<uint16_t>& got_bits,
+                                     const std::vector<float>& want) {
+  LayerCheck r;
+  double max_want = 0;
+  for (float v : want)
+    if (std::isfinite(v)) max_want = std::max(max_want, double(std::fabs(v)));
+  double num = 0, den = 0, worst_excess = -1;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double g = fmt::bf16_to_float(got_bits[i]), w = want[i];
+    if (!std::isfinite(w) || !std::isfinite(g)) {
+      const bool same = (std::isnan(w) && std::isnan(g)) || (std::isinf(w) && g == w);
+      if (!same) {
+        ++r.bad;
+        if (r.worst < 0) r.worst = int64_t(i);
+      }
+      continue;
+    }
+    const double d = std::fabs(g - w), tol = std::ldexp(std::fabs(w), -6) + std::ldexp(max_want, -9);
+    num += d * d;
+    den += w * w;
+    r.max_abs_err = std::max(r.max_abs_err, d);
+    if (std::fabs(w) > 1e-3 * max_want) r.max_rel_err = std::max(r.max_rel_err, d / std::fabs(w));
+    if (d > tol) {
+      ++r.bad;
+      if (d - tol > worst_excess) {
+        worst_excess = d - tol;
+        r.worst = int64_t(i);
+      }
+    }
+  }
+  r.rel_l2 = den > 0 ? std::sqrt(num / den) : (num > 0 ? 1.0 : 0.0);
+  return r;
+}
+
+inline std::string describe_layer_check(const LayerCheck& c, const std::vector<uint16_t>& got,
+                                        const std::vector<float>& want, int H) {
+  std::string s = strf("%lld elements out of tolerance, relative L2 %.3e", (long long)c.bad, c.rel_l2);
+  if (c.worst >= 0)
+    s += strf("; worst y[%lld, %lld] got %.6g want %.6g", (long long)(c.worst / H),
+              (long long)(c.worst % H), double(fmt::bf16_to_float(got[size_t(c.worst)])),
+              double(want[size_t(c.worst)]));
+  return s;
+}
+
+}  // namespace fusedmoe::cli
