@@ -319,10 +319,10 @@ inline void check_down(const LayerCase& c, const LayerData& d, const MoeLayer::I
         }
       }
   }, 1);
-  for (double& v : want) v = double(fmt::round_to_bf16(float(v)));
-  // fp8 wgmma sums each 128-K block with about 14 bits (2^-12 relative to sum |a b|); bf16 fp32.
-  Tol tol = tol_bf16_out(L.fp8 ? 4096.0 : 64.0);
-  tol.c_out = 1.0;
+  // want stays unrounded: the GPU's value is rounded once to bf16 (half an ulp: <= 2^-8 relative);
+  // rounding want too could put the two a whole ulp apart. fp8 wgmma sums each 128-K block with
+  // about 14 bits (2^-12 relative to sum |a b|); bf16 in fp32.
+  const Tol tol = tol_bf16_out(L.fp8 ? 4096.0 : 64.0);
   check_close([&](size_t i) { return fmt::bf16_to_float(run.y[i]); }, want.data(), abs_sum.data(),
               want.size(), tol, ctx + " (down + combine from the GPU's intermediate)");
 }
