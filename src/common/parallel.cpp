@@ -45,10 +45,12 @@ int parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int
   // start, so a shortfall below changes the speed and nothing else.
   const int64_t chunk = std::max<int64_t>(grain, n / (int64_t(workers) * 8));
   std::atomic<int64_t> next{0};
+  std::atomic<int> active{workers};  // threads with an id >= active take no more chunks
   std::exception_ptr error;
   std::mutex error_mutex;
-  auto work = [&] {
+  auto work = [&](int id) {
     for (;;) {
+      if (id >= active.load(std::memory_order_relaxed)) return;
       const int64_t begin = next.fetch_add(chunk);
       if (begin >= n) return;
       try {
@@ -63,22 +65,28 @@ int parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int
   };
   std::vector<std::thread> threads;
   threads.reserve(size_t(workers - 1));
+  int kept = workers;
   {
     const JoinAll join{threads};
     // The system may refuse a thread (EAGAIN under a thread or address-space limit, or
-    // FMOE_THREADS far above the cores): the items are handed out dynamically, so the threads
-    // that did start, and this one, cover them all.
-    for (int i = 1; i < workers; ++i) {
+    // FMOE_THREADS far above the cores). Items are handed out dynamically, so the threads that
+    // run, and this one, still cover them all. A refusal means the limit is reached: half of
+    // the started threads are stopped and joined at once, so their stacks leave room for what
+    // the remaining ones allocate.
+    for (int id = 1; id < workers; ++id) {
       try {
-        threads.emplace_back(work);
+        threads.emplace_back(work, id);
       } catch (...) {
+        kept = std::max(1, id / 2);
+        active.store(kept);
+        for (size_t t = size_t(kept) - 1; t < threads.size(); ++t) threads[t].join();
         break;
       }
     }
-    work();
+    work(0);
   }
   if (error) std::rethrow_exception(error);
-  return int(threads.size()) + 1;
+  return kept;
 }
 
 }  // namespace fusedmoe::detail
