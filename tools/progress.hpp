@@ -27,11 +27,17 @@ class ProgressLine {
   /// Called with the units done so far and in all (a ref::ProgressFn).
   void operator()(int64_t done, int64_t total) {
     const double now = clock_();
+    if (first_done_ < 0) {  // the rate is measured from here: setup before it (one large
+      first_done_ = done;   // allocation) would make the first estimates far too long
+      first_time_ = now;
+    }
     if (total <= 0 || done >= total || now - last_ < interval_s_) return;
     last_ = now;
     const double frac = double(done) / double(total), elapsed = now - start_;
     std::string line = strf("  %s: %.0f%% after %.0f s", label_.c_str(), 100.0 * frac, elapsed);
-    if (frac > 0) line += strf(", about %.0f s left", elapsed * (1.0 - frac) / frac);
+    if (done > first_done_ && now > first_time_)
+      line += strf(", about %.0f s left",
+                   double(total - done) * (now - first_time_) / double(done - first_done_));
     std::fprintf(out_, "%s\n", line.c_str());
     std::fflush(out_);
     ++lines_;
@@ -50,6 +56,8 @@ class ProgressLine {
   std::FILE* out_;
   Clock clock_;
   double start_, last_;
+  int64_t first_done_ = -1;
+  double first_time_ = 0;
   int lines_ = 0;
 };
 

@@ -60,6 +60,16 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Weights above this size say on stderr that they are being generated before the first progress
+// line, which may be many seconds away (the buffers of a whole tensor are zeroed first).
+void announce_weights(double bytes) {
+  constexpr double kAnnounceBytes = 1e9;
+  if (bytes < kAnnounceBytes) return;
+  std::fprintf(stderr, "  weights  : generating %.1f GB on %d threads; progress every 2 s\n",
+               bytes / 1e9, detail::host_threads());
+  std::fflush(stderr);
+}
+
 void print_header(const char* title, const MoeConfig& cfg, int T, uint64_t seed) {
   std::printf("%s\n", title);
   std::printf("  config   : %s\n", cfg.summary().c_str());
@@ -163,6 +173,7 @@ int run_projection(const MoeConfig& cfg, int T, uint64_t seed, const std::string
 
   auto t0 = std::chrono::steady_clock::now();
   set_activity("generating the weights");
+  announce_weights(s.weight_bytes());
   ProgressLine progress("weights  ");
   const ref::WeightSet w = random_fp8_weights(s, seed, std::ref(progress));
   set_activity("generating the inputs");
@@ -326,6 +337,7 @@ int cmd_run(const std::vector<std::string>& argv) {
 
   auto t0 = std::chrono::steady_clock::now();
   set_activity("generating the weights");
+  announce_weights(weight_bytes);
   ProgressLine progress("weights  ");
   const ref::LayerWeights lw = ref::make_random_layer(cfg, seed, std::ref(progress));
   std::printf("  weights  : %.1f MB %s, %d experts + %d shared, generated in %.2f s\n",

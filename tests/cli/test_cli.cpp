@@ -478,7 +478,7 @@ TEST(Cli, WeightGenerationReportsProgressAtABoundedRate) {
   for (size_t p = 0; p < err.size(); p = err.find('\n', p) + 1) {
     const std::string line = err.substr(p, err.find('\n', p) - p);
     EXPECT_EQ(line.rfind("  weights  : ", 0), 0u) << "stderr holds only progress:\n" << err;
-    EXPECT_TRUE(has(line, "% after ") && has(line, " s left")) << line;
+    EXPECT_TRUE(has(line, "% after ")) << line;
     const int pct = std::atoi(line.c_str() + 13);
     EXPECT_GT(pct, last_pct) << line;
     EXPECT_LT(pct, 100) << line;

@@ -132,6 +132,22 @@ TEST(ProgressLine, PrintsAtMostOneLinePerInterval) {
   EXPECT_NE(text.find("  weights  : 80% after 8 s, about 2 s left\n"), std::string::npos) << text;
 }
 
+TEST(ProgressLine, EstimatesTheRestFromTheRateSinceTheFirstReport) {
+  std::FILE* out = std::tmpfile();
+  ASSERT_NE(out, nullptr);
+  FakeClock clock;
+  cli::ProgressLine line("weights  ", 2.0, out, [&] { return clock.now; });
+  clock.now += 19;  // a large allocation before the first unit of work
+  line(1, 100);     // no rate yet: no estimate
+  clock.now += 1;
+  line(2, 100);     // 1 s after the last line: silent
+  clock.now += 2;
+  line(4, 100);     // 1 unit per second since the first report: 96 s left, not 19 * 24
+  EXPECT_EQ(read_all(out), "  weights  : 1% after 19 s\n"
+                           "  weights  : 4% after 22 s, about 96 s left\n");
+  std::fclose(out);
+}
+
 TEST(ProgressLine, SilentForAShortStep) {
   std::FILE* out = std::tmpfile();
   ASSERT_NE(out, nullptr);
