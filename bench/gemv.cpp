@@ -303,11 +303,20 @@ void run(const Context& ctx, const cli::Args& args) {
   if (which != "contest") bench_moe(ctx, args, args.int_list("tokens", {1, 4}, 1, 64));
 }
 
+using Kind = BenchOption::Kind;
 const Register kRegister({"gemv",
-                          "NVFP4 GEMV: GPUMODE nvfp4_gemv shapes (b NVFP4 and bf16), MoE decode on "
-                          "DeepSeek-V3 gate/up (--tokens 1,4; --configs auto|all; --pdl off|on|both; "
-                          "--shapes all|contest|moe; --time off: verify only, one launch each)",
-                          {"tokens", "configs", "pdl", "shapes", "time"},
+                          "NVFP4 GEMV: GPUMODE nvfp4_gemv shapes (b NVFP4 and bf16), MoE decode "
+                          "on DeepSeek-V3 gate/up",
+                          {{"tokens", "LIST", "MoE decode token counts in [1, 64] (default 1,4)",
+                            Kind::int_list, {}, 1, 64},
+                           {"configs", "auto|all", "time the automatic config only, or every "
+                            "config of the mode (default auto)", Kind::choice, {"auto", "all"}},
+                           {"pdl", "off|on|both", "programmatic dependent launch (default off)",
+                            Kind::choice, {"off", "on", "both"}},
+                           {"shapes", "all|contest|moe", "which shapes (default all)",
+                            Kind::choice, {"all", "contest", "moe"}},
+                           {"time", "on|off", "off: verify only, one launch per config (for "
+                            "ncu; default on)", Kind::choice, {"on", "off"}}},
                           run});
 
 }  // namespace

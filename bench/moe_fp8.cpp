@@ -372,17 +372,28 @@ void run_moe_fp8_all(const Context& ctx, const cli::Args& args) {
     bench_preset(ctx, name, one, true);
 }
 
+using Kind = BenchOption::Kind;
+const BenchOption kStagesOption{"stages", "on|off", "also time each stage alone (default on)",
+                                Kind::choice, {"on", "off"}};
+const BenchOption kSeedOption{"seed", "N", "seed of the random weights and inputs (default 1)",
+                              Kind::integer, {}, 0, 1ll << 62};
+
 const Register kMoeFp8{BenchOp{
     "moe_fp8",
-    "FP8 MoE projection end to end + each stage [--preset NAME] [--tokens LIST] "
-    "[--mode fast|deterministic|both] [--stages on|off] [--seed N]",
-    {"preset", "tokens", "mode", "stages", "seed"},
+    "FP8 MoE projection end to end and stage by stage, cold L2, each case checked first",
+    {{"preset", "NAME", "model preset (default qwen3.5-35b-a3b; see 'fusedmoe list-presets')",
+      Kind::preset},
+     {"tokens", "LIST", "comma-separated token counts in [1, 65536] (default "
+      "1,8,32,128,512,2048,4096,16384)", Kind::int_list, {}, 1, 65536},
+     {"mode", "fast|deterministic|both", "reduction modes to time (default both)",
+      Kind::choice, {"fast", "deterministic", "both"}},
+     kStagesOption, kSeedOption},
     run_moe_fp8}};
 const Register kMoeFp8All{BenchOp{
     "moe_fp8_all",
-    "headline set: moe_fp8 on qwen3.5-35b-a3b (default T, both modes) + T=128 on the other "
-    "presets [--stages on|off] [--seed N]",
-    {"stages", "seed"},
+    "Headline set: moe_fp8 on qwen3.5-35b-a3b (default tokens, both modes), then T=128 on "
+    "each other preset the card holds",
+    {kStagesOption, kSeedOption},
     run_moe_fp8_all}};
 
 }  // namespace

@@ -16,11 +16,29 @@ struct Context {
   std::vector<Row>* rows = nullptr;  ///< append every measured row here
 };
 
+/// One option of an op: what `fusedmoe bench --op NAME --help` prints, and what the CLI checks
+/// before it touches the GPU (so a typo fails in a second, not after the ceilings).
+struct BenchOption {
+  enum class Kind {
+    text,      ///< any value
+    choice,    ///< one of `choices`
+    integer,   ///< an integer in [lo, hi]
+    int_list,  ///< comma-separated integers in [lo, hi]
+    preset,    ///< a model preset name
+  };
+  const char* name;   ///< without the leading "--"
+  const char* value;  ///< the value's placeholder in the usage: "N", "LIST", "on|off"
+  const char* help;   ///< one line, with the default
+  Kind kind = Kind::text;
+  std::vector<std::string> choices = {};
+  long long lo = 0, hi = 0;
+};
+
 struct BenchOp {
   const char* name;
   const char* help;  ///< one line for the listing
-  /// Options the op accepts beyond the common ones (--op, --json); validated by cli::Args.
-  std::vector<std::string> options;
+  /// Options the op accepts beyond the common ones (--op, --json).
+  std::vector<BenchOption> options;
   void (*run)(const Context&, const cli::Args&);
 };
 

@@ -70,7 +70,8 @@ size_t WeightSet::bytes_per_expert() const {
 }
 
 WeightSet make_weights(Precision p, int E, int N, int K,
-                       const std::function<void(int, float*)>& expert_values) {
+                       const std::function<void(int, float*)>& expert_values,
+                       const ProgressFn& progress) {
   FMOE_REQUIRE(E >= 0 && N >= 0 && K >= 0, "ref::make_weights: E=%d N=%d K=%d", E, N, K);
   FMOE_REQUIRE(p != Precision::nvfp4 || K % 16 == 0,
                "ref::make_weights: nvfp4 needs K a multiple of 16, got %d", K);
@@ -115,6 +116,7 @@ WeightSet make_weights(Precision p, int E, int N, int K,
         break;
       }
     }
+    if (progress) progress(e + 1, E);
   }
   return ws;
 }

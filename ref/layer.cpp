@@ -15,14 +15,23 @@ enum Stream : uint64_t {
   kW13 = 1, kW2, kB13, kB2, kRouteBias, kSharedW13, kSharedW2, kSharedGate
 };
 
-WeightSet random_weights(Precision p, int E, int N, int K, uint64_t seed, uint64_t stream) {
+// `progress` counts elements across all the tensors of the layer: `done_before` precede these.
+WeightSet random_weights(Precision p, int E, int N, int K, uint64_t seed, uint64_t stream,
+                         const ProgressFn& progress, int64_t& done_before, int64_t total) {
   const float scale = std::sqrt(3.0f / float(K));  // unit-variance dot products for unit inputs
   const int64_t per = int64_t(N) * K;
-  return make_weights(p, E, N, K, [&](int e, float* out) {
+  ProgressFn per_expert;
+  if (progress)
+    per_expert = [&, start = done_before](int64_t experts, int64_t) {
+      progress(start + experts * per, total);
+    };
+  WeightSet w = make_weights(p, E, N, K, [&](int e, float* out) {
     detail::parallel_for(per, [&](int64_t b, int64_t end) {
       for (int64_t i = b; i < end; ++i) out[i] = scale * uniform_pm1(seed, stream, uint64_t(e * per + i));
     }, 1 << 16);
-  });
+  }, per_expert);
+  done_before += E * per;
+  return w;
 }
 
 // Rows of `a` (already in expert-sorted order), grouped by `offsets`, through
@@ -58,13 +67,16 @@ std::vector<double> expert_mlp(const MoeConfig& cfg, const WeightSet& w13, const
 
 }  // namespace
 
-LayerWeights make_random_layer(const MoeConfig& cfg, uint64_t seed) {
+LayerWeights make_random_layer(const MoeConfig& cfg, uint64_t seed, const ProgressFn& progress) {
   cfg.validate();
   LayerWeights lw;
   lw.cfg = cfg;
   const int H = cfg.hidden, I = cfg.intermediate, E = cfg.num_experts;
-  lw.w13 = random_weights(cfg.weight_precision, E, 2 * I, H, seed, kW13);
-  lw.w2 = random_weights(cfg.weight_precision, E, H, I, seed, kW2);
+  const int64_t shared_i = cfg.num_shared_experts > 0 ? cfg.shared_intermediate : 0;
+  const int64_t total = 3 * int64_t(H) * (int64_t(E) * I + shared_i);  // w13, w2, shared pair
+  int64_t done = 0;
+  lw.w13 = random_weights(cfg.weight_precision, E, 2 * I, H, seed, kW13, progress, done, total);
+  lw.w2 = random_weights(cfg.weight_precision, E, H, I, seed, kW2, progress, done, total);
   if (cfg.expert_bias) {
     lw.b13 = random_bf16(int64_t(E) * 2 * I, seed, kB13, 0.1f);
     lw.b2 = random_bf16(int64_t(E) * H, seed, kB2, 0.1f);
@@ -73,8 +85,10 @@ LayerWeights make_random_layer(const MoeConfig& cfg, uint64_t seed) {
   if (cfg.routing.router_bias) lw.route_bias = random_bf16(E, seed, kRouteBias, 0.5f);
   if (cfg.num_shared_experts > 0) {
     const int S = cfg.shared_intermediate;
-    lw.shared_w13 = random_weights(cfg.weight_precision, 1, 2 * S, H, seed, kSharedW13);
-    lw.shared_w2 = random_weights(cfg.weight_precision, 1, H, S, seed, kSharedW2);
+    lw.shared_w13 =
+        random_weights(cfg.weight_precision, 1, 2 * S, H, seed, kSharedW13, progress, done, total);
+    lw.shared_w2 =
+        random_weights(cfg.weight_precision, 1, H, S, seed, kSharedW2, progress, done, total);
     if (cfg.shared_expert_gate)
       lw.shared_gate = random_bf16(H, seed, kSharedGate, std::sqrt(3.0f / float(H)));
   }

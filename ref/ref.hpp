@@ -56,12 +56,18 @@ struct WeightSet {
   void decode_row(int e, int n, double* out) const;  ///< out[K]
   size_t bytes_per_expert() const;                    ///< values + scales
 };
+/// Progress of a long step, reported on the calling thread: (units done, units in all), with
+/// `done` growing to `total`. Never changes what the step computes.
+using ProgressFn = std::function<void(int64_t done, int64_t total)>;
+
 /// Quantizes float weights w [E, N, K] (nvfp4: one global scale per expert from its amax).
 WeightSet make_weights(Precision p, const float* w, int E, int N, int K);
 /// Same, with expert e's float values [N, K] written by expert_values(e, buffer) one expert at a
-/// time (random weights for a whole model never exist as floats all at once).
+/// time (random weights for a whole model never exist as floats all at once; the one expert's
+/// buffer, N*K floats, does). `progress`, if set, gets (experts done, E) after each expert.
 WeightSet make_weights(Precision p, int E, int N, int K,
-                       const std::function<void(int, float*)>& expert_values);
+                       const std::function<void(int, float*)>& expert_values,
+                       const ProgressFn& progress = {});
 
 /// M activation rows of K values.
 struct ActRows {
@@ -150,7 +156,9 @@ struct LayerWeights {
 
 /// Seeded random weights: each tensor from its own counter-based stream, so the values do not
 /// depend on the thread count. Weights ~ U(-1, 1) * sqrt(3 / K) before quantization.
-LayerWeights make_random_layer(const MoeConfig& cfg, uint64_t seed);
+/// `progress`, if set, gets (weight elements generated, in all) after each expert matrix (the
+/// large presets take minutes on a few cores).
+LayerWeights make_random_layer(const MoeConfig& cfg, uint64_t seed, const ProgressFn& progress = {});
 
 struct LayerResult {
   Routing routing;

@@ -1,9 +1,12 @@
 // fusedmoe bench: `bench ceilings` and `bench --op NAME [op options] [--json PATH]`.
+#include <unistd.h>
+
 #include <cstdio>
 #include <set>
 
 #include "bench/registry.hpp"
 #include "common/cuda_check.hpp"
+#include "fusedmoe/config.hpp"
 #include "fusedmoe/device.hpp"
 #include "tools/cli.hpp"
 
@@ -15,6 +18,7 @@ std::vector<BenchOp>& bench_ops() {
 }  // namespace fusedmoe::bench
 
 namespace fusedmoe::cli {
+namespace {
 
 const char* kBenchUsage =
     "usage: fusedmoe bench ceilings [--json PATH]\n"
@@ -27,7 +31,88 @@ const char* kBenchUsage =
     "--json PATH also writes every row, the ceilings, the device, clocks and the commit.\n"
     "Run 'fusedmoe bench --op NAME --help' for an op's options. Ops:\n";
 
-std::string bench_usage() {
+const char* kJsonHelp = "also write every row, the ceilings, the device, clocks and the commit";
+
+// The value of --op in `argv` ("" when absent); a missing value is a UsageError.
+std::string op_name(const std::vector<std::string>& argv) {
+  std::string name;
+  for (size_t i = 0; i < argv.size(); ++i) {
+    if (argv[i] == "--op") {
+      if (i + 1 >= argv.size() || looks_like_option(argv[i + 1]))
+        throw UsageError("--op needs a value (an op name; see the list below)");
+      name = argv[i + 1];
+    } else if (argv[i].rfind("--op=", 0) == 0) {
+      name = argv[i].substr(5);
+    }
+  }
+  return name;
+}
+
+const bench::BenchOp& find_op(const std::string& name) {
+  std::string names;
+  for (const auto& o : bench::bench_ops()) {
+    if (name == o.name) return o;
+    names += std::string(names.empty() ? "" : ", ") + o.name;
+  }
+  throw UsageError(strf("unknown benchmark op %s; the ops are: %s", quoted(name).c_str(),
+                        names.c_str()));
+}
+
+std::string op_usage(const bench::BenchOp& op) {
+  std::string u = strf("usage: fusedmoe bench --op %s [options] [--json PATH]\n\n%s.\n\n"
+                       "options:\n", op.name, op.help);
+  auto line = [&](const std::string& left, const char* help) {
+    u += left.size() <= 22 ? strf("  %-22s %s\n", left.c_str(), help)
+                           : strf("  %s\n  %-22s %s\n", left.c_str(), "", help);
+  };
+  for (const bench::BenchOption& o : op.options) line(strf("--%s %s", o.name, o.value), o.help);
+  line("--json PATH", kJsonHelp);
+  return u;
+}
+
+// Checks every op option the way the op will read it, before the GPU is touched.
+void check_op_options(const bench::BenchOp& op, const Args& args) {
+  using Kind = bench::BenchOption::Kind;
+  for (const bench::BenchOption& o : op.options) {
+    if (!args.has(o.name)) continue;
+    switch (o.kind) {
+      case Kind::text: break;
+      case Kind::choice: args.choice(o.name, "", o.choices); break;
+      case Kind::integer: args.integer(o.name, 0, o.lo, o.hi); break;
+      case Kind::int_list: args.int_list(o.name, {}, o.lo, o.hi); break;
+      case Kind::preset: {
+        const std::string name = args.str(o.name, "");
+        std::string names;
+        bool found = false;
+        for (const MoeConfig& c : model_presets()) {
+          found = found || c.name == name;
+          names += (names.empty() ? "" : ", ") + c.name;
+        }
+        if (!found)
+          throw UsageError(strf("--%s: unknown preset %s; the presets are: %s", o.name,
+                                quoted(name).c_str(), names.c_str()));
+        break;
+      }
+    }
+  }
+}
+
+// A --json path whose directory cannot be written would fail after minutes of measuring.
+void check_json_path(const std::string& path) {
+  if (path.empty()) throw UsageError("--json needs a file path");
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (access(dir.c_str(), W_OK) != 0)
+    throw UsageError(strf("--json %s: the directory %s does not exist or is not writable",
+                          quoted(path).c_str(), quoted(dir).c_str()));
+}
+
+}  // namespace
+
+std::string bench_usage(const std::vector<std::string>& argv) {
+  const bool ceilings = !argv.empty() && argv[0] == "ceilings";
+  const std::string name = ceilings ? "" : op_name(argv);
+  if (!name.empty()) return op_usage(find_op(name));
   std::string u = kBenchUsage;
   for (const auto& op : bench::bench_ops()) u += strf("  %-12s %s\n", op.name, op.help);
   return u;
@@ -40,21 +125,23 @@ int cmd_bench(const std::vector<std::string>& argv_in) {
     only_ceilings = true;
     argv.erase(argv.begin());
   }
-  std::set<std::string> valued = {"op", "json"};
+  std::set<std::string> valued = {"json"};
   const bench::BenchOp* op = nullptr;
-  if (!only_ceilings) {
-    std::string name;
-    for (size_t i = 0; i < argv.size(); ++i) {
-      if (argv[i] == "--op" && i + 1 < argv.size()) name = argv[i + 1];
-      if (argv[i].rfind("--op=", 0) == 0) name = argv[i].substr(5);
-    }
+  if (only_ceilings) {
+    if (!op_name(argv).empty())
+      throw UsageError("'bench ceilings' takes no --op (it measures the ceilings only; 'bench "
+                       "--op NAME' measures them too)");
+  } else {
+    const std::string name = op_name(argv);
     if (name.empty()) throw UsageError("give 'ceilings' or --op NAME");
-    for (const auto& o : bench::bench_ops())
-      if (name == o.name) op = &o;
-    if (!op) throw UsageError(strf("unknown benchmark op \"%s\"", name.c_str()));
-    valued.insert(op->options.begin(), op->options.end());
+    op = &find_op(name);
+    valued.insert("op");
+    for (const bench::BenchOption& o : op->options) valued.insert(o.name);
   }
   Args args(argv, valued, {});
+  if (op) check_op_options(*op, args);
+  if (args.has("json")) check_json_path(args.str("json", ""));
+  set_activity("benchmarking");
   std::string why;
   FMOE_REQUIRE(gpu_usable(0, &why), "bench needs an sm_90 GPU: %s", why.c_str());
 

@@ -64,7 +64,14 @@ enum ProjectionStream : uint64_t {
 /// Random FP8 block-scaled weights: e4m3 codes uniform over the 254 codes that are not NaN, and
 /// positive scales in [0.5, 1.5) * sqrt(3/K) / 448. Drawn as codes, not by quantizing floats:
 /// the experts of the large presets (kimi-k2: 5.6 GB) then take about a second on 16 threads.
-inline ref::WeightSet random_fp8_weights(const ProjectionShape& s, uint64_t seed) {
+/// `progress`, if set, gets (codes drawn, in all) after each `codes_per_report` codes (a
+/// multiple of 8).
+inline ref::WeightSet random_fp8_weights(const ProjectionShape& s, uint64_t seed,
+                                         const ref::ProgressFn& progress = {},
+                                         int64_t codes_per_report = int64_t(1) << 27) {
+  FMOE_REQUIRE(codes_per_report > 0 && codes_per_report % 8 == 0,
+               "random_fp8_weights: codes_per_report=%lld must be a positive multiple of 8",
+               (long long)codes_per_report);
   ref::WeightSet w;
   w.precision = Precision::fp8_block;
   w.E = s.E;
@@ -73,17 +80,23 @@ inline ref::WeightSet random_fp8_weights(const ProjectionShape& s, uint64_t seed
   w.q.resize(size_t(s.E) * size_t(s.N) * size_t(s.K));
   w.scale.resize(size_t(s.E) * size_t(s.n_blocks() * s.k_blocks()));
   uint8_t* q = w.q.data();
-  const int64_t n = int64_t(w.q.size());
-  // Eight codes per 64-bit hash; codes depend only on (seed, index), not on the thread count.
-  detail::parallel_for((n + 7) / 8, [&](int64_t begin, int64_t end) {
-    for (int64_t word = begin; word < end; ++word) {
-      uint64_t bits = ref::hash3(seed, kStreamCodes, uint64_t(word));
-      for (int64_t i = word * 8; i < std::min(n, word * 8 + 8); ++i, bits >>= 8) {
-        const uint8_t code = uint8_t(bits);
-        q[i] = (code & 0x7F) == 0x7F ? uint8_t(code ^ 1) : code;  // NaN -> +-448
+  const int64_t n = int64_t(w.q.size()), words = (n + 7) / 8;
+  // Eight codes per 64-bit hash; codes depend only on (seed, index), not on the thread count or
+  // the slabs (which only pace the progress reports).
+  const int64_t slab_words = codes_per_report / 8;
+  for (int64_t slab = 0; slab < words; slab += slab_words) {
+    const int64_t slab_end = std::min(words, slab + slab_words);
+    detail::parallel_for(slab_end - slab, [&](int64_t begin, int64_t end) {
+      for (int64_t word = slab + begin; word < slab + end; ++word) {
+        uint64_t bits = ref::hash3(seed, kStreamCodes, uint64_t(word));
+        for (int64_t i = word * 8; i < std::min(n, word * 8 + 8); ++i, bits >>= 8) {
+          const uint8_t code = uint8_t(bits);
+          q[i] = (code & 0x7F) == 0x7F ? uint8_t(code ^ 1) : code;  // NaN -> +-448
+        }
       }
-    }
-  }, 1 << 16);
+    }, 1 << 16);
+    if (progress) progress(std::min(n, slab_end * 8), n);
+  }
   const float base = std::sqrt(3.0f / float(s.K)) / 448.0f;
   for (size_t i = 0; i < w.scale.size(); ++i)
     w.scale[i] = base * (1.0f + 0.5f * ref::uniform_pm1(seed, kStreamScales, i));

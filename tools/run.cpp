@@ -1,9 +1,16 @@
 // fusedmoe run: one MoE layer forward, or with --projection the fused FP8 expert projection
 // alone, on seeded random weights and inputs.
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <memory>
+#include <optional>
+#include <sstream>
 
 #include "common/parallel.hpp"
 #include "fusedmoe/config.hpp"
@@ -12,6 +19,8 @@
 #include "fusedmoe/formats.hpp"
 #include "ref/ref.hpp"
 #include "tools/cli.hpp"
+#include "tools/host_memory.hpp"
+#include "tools/progress.hpp"
 #include "tools/projection_case.hpp"
 
 #if defined(FMOE_HAS_CUDA)
@@ -51,22 +60,14 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-double layer_weight_bytes(const MoeConfig& c) {
-  auto per_param = [&](Precision p) {
-    return p == Precision::bf16 ? 2.0 : p == Precision::fp8_block ? 1.0 + 4.0 / 16384 : 0.5625;
-  };
-  const double routed = 3.0 * c.hidden * double(c.intermediate) * c.num_experts;
-  const double shared = 3.0 * c.hidden * double(c.shared_intermediate);
-  return (routed + shared) * per_param(c.weight_precision);
-}
-
-// Refuses up front weights that cannot fit in this machine's memory.
-void require_host_memory(const MoeConfig& cfg, double need, const char* what) {
-  const double have = host_memory_bytes();
-  FMOE_REQUIRE(need < 0.7 * have,
-               "%s needs %.1f GB of %s weights on the host, this machine has %.1f GB of memory; "
-               "choose a smaller preset or a --config with fewer experts",
-               cfg.name.c_str(), need / 1e9, what, have / 1e9);
+// Weights above this size say on stderr that they are being generated before the first progress
+// line, which may be many seconds away (the buffers of a whole tensor are zeroed first).
+void announce_weights(double bytes) {
+  constexpr double kAnnounceBytes = 1e9;
+  if (bytes < kAnnounceBytes) return;
+  std::fprintf(stderr, "  weights  : generating %.1f GB on %d threads; progress every 2 s\n",
+               bytes / 1e9, detail::host_threads());
+  std::fflush(stderr);
 }
 
 void print_header(const char* title, const MoeConfig& cfg, int T, uint64_t seed) {
@@ -158,7 +159,10 @@ int run_projection(const MoeConfig& cfg, int T, uint64_t seed, const std::string
   FMOE_REQUIRE(backend != "gpu" || have_gpu, "--backend gpu: %s", why_cpu.c_str());
   const bool on_gpu = have_gpu && backend != "cpu";
   if (backend == "cpu") why_cpu = "--backend cpu";
-  require_host_memory(cfg, s.weight_bytes(), "fp8_block");
+  const int threads = detail::host_threads();
+  require_host_memory(cfg.name + " --projection", T, [&](double t) {
+    return projection_footprint(cfg, t, on_gpu, threads);
+  });
 
   print_header("fusedmoe run --projection", cfg, T, seed);
   std::printf("  op       : y[%d, %d] = sum over top-%d of weight * (fp8(x) @ W_e^T), x [%d, %d] "
@@ -168,7 +172,11 @@ int run_projection(const MoeConfig& cfg, int T, uint64_t seed, const std::string
   std::fflush(stdout);
 
   auto t0 = std::chrono::steady_clock::now();
-  const ref::WeightSet w = random_fp8_weights(s, seed);
+  set_activity("generating the weights");
+  announce_weights(s.weight_bytes());
+  ProgressLine progress("weights  ");
+  const ref::WeightSet w = random_fp8_weights(s, seed, std::ref(progress));
+  set_activity("generating the inputs");
   const ProjectionInputs in = random_projection_inputs(s, T, seed);
   std::printf("  weights  : %.1f MB e4m3 + scales, %d experts, generated in %.2f s\n",
               s.weight_bytes() / 1e6, s.E, seconds_since(t0));
@@ -177,6 +185,7 @@ int run_projection(const MoeConfig& cfg, int T, uint64_t seed, const std::string
 #if defined(FMOE_HAS_CUDA)
   std::unique_ptr<GpuProjection> gpu;
   if (on_gpu) {
+    set_activity("running the GPU pipeline");
     gpu = std::make_unique<GpuProjection>(
         run_projection_gpu(s, T, parse_reduction_mode(mode), w, in));
     std::printf("  backend  : gpu: %s, %s\n", gpu->device.c_str(), gpu->config.c_str());
@@ -189,6 +198,7 @@ int run_projection(const MoeConfig& cfg, int T, uint64_t seed, const std::string
 #endif
 
   t0 = std::chrono::steady_clock::now();
+  set_activity("running the CPU reference");
   const ref::ProjectionResult want =
       ref::moe_projection(s.routing, in.x.data(), in.logits.data(), in.bias_or_null(), T, s.k, w);
   const double t_ref = seconds_since(t0);
@@ -225,46 +235,87 @@ int run_projection(const MoeConfig& cfg, int T, uint64_t seed, const std::string
 #endif
 }
 
+// --config PATH: read here rather than by config_from_hf_json_file so that an unreadable path is
+// echoed quoted and truncated, and an unprintable one names the file quoted in every message.
+MoeConfig read_config(const std::string& path, const Precision* precision) {
+  set_activity("reading the config file");
+  struct stat st{};
+  const bool exists = stat(path.c_str(), &st) == 0;
+  const int stat_errno = errno;
+  FMOE_REQUIRE(exists && !S_ISDIR(st.st_mode), "--config: cannot open config file %s (%s)",
+               quoted(path).c_str(), exists ? "it is a directory" : std::strerror(stat_errno));
+  std::ifstream in(path, std::ios::binary);
+  FMOE_REQUIRE(in.good(), "--config: cannot open config file %s", quoted(path).c_str());
+  std::ostringstream text;
+  text << in.rdbuf();
+  const bool plain = path.size() <= 200 && quoted(path) == "\"" + path + "\"";
+  return config_from_hf_json_text(text.str(), plain ? path : quoted(path), precision);
+}
+
+// The model: a preset or a config file, then the --precision and --top-k overrides. A preset's
+// name, and overrides the model cannot take, are command-line mistakes (UsageError).
+MoeConfig model_from_args(const Args& args, bool projection) {
+  std::optional<Precision> precision;
+  if (args.has("precision")) {
+    const std::string p = args.choice("precision", "", {"bf16", "fp8", "fp8_block", "nvfp4"});
+    precision = parse_precision(p);
+    if (projection && *precision != Precision::fp8_block)
+      throw UsageError(strf("--projection runs the FP8 pipeline; --precision %s is not supported "
+                            "with it", p.c_str()));
+  }
+  std::optional<int> top_k;
+  if (args.has("top-k")) top_k = int(args.integer("top-k", 0, 1, 1 << 20));
+
+  MoeConfig cfg;
+  if (args.has("config")) {
+    cfg = read_config(args.str("config", ""), precision ? &*precision : nullptr);
+  } else {
+    const std::string name = args.str("preset", default_preset_name());
+    std::string names;
+    bool found = false;
+    for (const MoeConfig& c : model_presets()) {
+      names += (names.empty() ? "" : ", ") + c.name;
+      found = found || c.name == name;
+    }
+    if (!found)
+      throw UsageError(strf("--preset: unknown preset %s; the presets are: %s",
+                            quoted(name).c_str(), names.c_str()));
+    cfg = find_preset(name);
+    if (precision) {
+      cfg.weight_precision = *precision;
+      cfg.activation_precision = *precision == Precision::nvfp4 ? Precision::bf16 : *precision;
+    }
+  }
+  cfg.validate();  // the model as given: its own faults are not the override's
+  if (!top_k) return cfg;
+  cfg.top_k = *top_k;
+  try {
+    cfg.validate();
+  } catch (const Error& e) {
+    std::string why = e.what();
+    if (why.rfind("fusedmoe: ", 0) == 0) why = why.substr(10);
+    throw UsageError(strf("--top-k %d does not suit the model: %s", *top_k, why.c_str()));
+  }
+  return cfg;
+}
+
 }  // namespace
 
 int cmd_run(const std::vector<std::string>& argv) {
+  set_activity("reading the arguments");
   Args args(argv, {"preset", "config", "tokens", "seed", "precision", "top-k", "backend", "mode"},
             {"projection"});
   if (args.has("preset") && args.has("config"))
     throw UsageError("give either --preset or --config, not both");
   const int T = int(args.integer("tokens", 128, 0, 1 << 20));
   const uint64_t seed = uint64_t(args.integer("seed", 1, 0, (1ll << 62)));
-  const std::string backend = args.str("backend", "auto");
-  if (backend != "auto" && backend != "cpu" && backend != "gpu")
-    throw UsageError(strf("--backend must be auto, cpu or gpu, got \"%s\"", backend.c_str()));
+  const std::string backend = args.choice("backend", "auto", {"auto", "cpu", "gpu"});
   const bool projection = args.has("projection");
-  const std::string mode = args.str("mode", "fast");
-  FMOE_REQUIRE(mode == "fast" || mode == "deterministic",
-               "--mode must be fast or deterministic, got \"%s\"", mode.c_str());
-  FMOE_REQUIRE(projection || !args.has("mode"),
-               "--mode applies to --projection only (the whole-layer run has no reduction mode)");
-
-  MoeConfig cfg;
-  Precision override_p{};
-  const Precision* override_ptr = nullptr;
-  if (args.has("precision")) {
-    override_p = parse_precision(args.str("precision", ""));
-    override_ptr = &override_p;
-    FMOE_REQUIRE(!projection || override_p == Precision::fp8_block,
-                 "--projection runs the FP8 pipeline; --precision %s is not supported with it",
-                 precision_name(override_p));
-  }
-  if (args.has("config")) {
-    cfg = config_from_hf_json_file(args.str("config", ""), override_ptr);
-  } else {
-    cfg = find_preset(args.str("preset", default_preset_name()));
-    if (override_ptr) {
-      cfg.weight_precision = override_p;
-      cfg.activation_precision = override_p == Precision::nvfp4 ? Precision::bf16 : override_p;
-    }
-  }
-  if (args.has("top-k")) cfg.top_k = int(args.integer("top-k", cfg.top_k, -(1 << 30), 1 << 30));
-  cfg.validate();
+  if (args.has("mode") && !projection)
+    throw UsageError("--mode applies to --projection only (the whole-layer run has no reduction "
+                     "mode)");
+  const std::string mode = args.choice("mode", "fast", {"fast", "deterministic"});
+  const MoeConfig cfg = model_from_args(args, projection);
   if (projection) return run_projection(cfg, T, seed, backend, mode);
 
   // Backend: the whole layer on the GPU arrives with the layer issue; until then the GPU backend
@@ -276,23 +327,29 @@ int cmd_run(const std::vector<std::string>& argv) {
                  have_gpu ? "" : "; also: ", have_gpu ? "" : why_cpu.c_str());
   if (have_gpu) why_cpu = "the full layer has no GPU implementation yet";
 
-  const double need = layer_weight_bytes(cfg);
-  require_host_memory(cfg, need, precision_name(cfg.weight_precision));
+  const int threads = detail::host_threads();
+  require_host_memory(cfg.name, T, [&](double t) { return layer_footprint(cfg, t, threads); });
+  const double weight_bytes = layer_footprint(cfg, 0, threads).weights;
 
   print_header("fusedmoe run", cfg, T, seed);
   std::printf("  backend  : cpu-reference (%s)\n", why_cpu.c_str());
   std::fflush(stdout);
 
   auto t0 = std::chrono::steady_clock::now();
-  const ref::LayerWeights lw = ref::make_random_layer(cfg, seed);
-  std::printf("  weights  : %.1f MB %s, %d experts + %d shared, generated in %.2f s\n", need / 1e6,
-              precision_name(cfg.weight_precision), cfg.num_experts, cfg.num_shared_experts,
-              seconds_since(t0));
+  set_activity("generating the weights");
+  announce_weights(weight_bytes);
+  ProgressLine progress("weights  ");
+  const ref::LayerWeights lw = ref::make_random_layer(cfg, seed, std::ref(progress));
+  std::printf("  weights  : %.1f MB %s, %d experts + %d shared, generated in %.2f s\n",
+              weight_bytes / 1e6, precision_name(cfg.weight_precision), cfg.num_experts,
+              cfg.num_shared_experts, seconds_since(t0));
 
   // Inputs: x ~ U(-1, 1) in bf16; router logits ~ U(-3, 3) (the projection's streams).
+  set_activity("generating the inputs");
   const ProjectionInputs in = random_projection_inputs(ProjectionShape::of(cfg), T, seed);
 
   t0 = std::chrono::steady_clock::now();
+  set_activity("running the CPU reference");
   const ref::LayerResult res = ref::moe_layer(lw, in.x.data(), in.logits.data(), T);
   const double t_ref = seconds_since(t0);
 

@@ -2,8 +2,10 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "tests/test_util.hpp"
@@ -15,8 +17,12 @@ struct Result {
   std::string out;  // stdout and stderr together
 };
 
-Result run_cli(const std::string& args) {
-  const std::string cmd = std::string(FMOE_CLI_PATH) + " " + args + " 2>&1";
+// `prefix` runs in the same shell first: environment assignments ("FMOE_THREADS=3") or limits
+// ("ulimit -v 2000000;").
+// With `merge`, stderr is read with stdout (after it, in time order of the writes).
+Result run_cli(const std::string& args, const std::string& prefix = "", bool merge = true) {
+  const std::string cmd =
+      prefix + " " + std::string(FMOE_CLI_PATH) + " " + args + (merge ? " 2>&1" : "");
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return {-1, "popen failed"};
   std::string out;
@@ -37,6 +43,49 @@ std::string write_file(const std::string& name, const std::string& text) {
   const std::string path = testing::TempDir() + name;
   std::ofstream(path) << text;
   return path;
+}
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+bool has(const std::string& s, const std::string& needle) {
+  return s.find(needle) != std::string::npos;
+}
+
+// A usage error: exit 2, "fusedmoe <cmd>: <reason>" on the first line, then the usage.
+void expect_usage_error(const std::string& args, const std::string& reason,
+                        const std::string& usage = "usage: fusedmoe ") {
+  const Result r = run_cli(args);
+  EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+  EXPECT_TRUE(has(first_line(r.out), reason)) << args << "\nwant: " << reason << "\ngot: " << r.out;
+  EXPECT_EQ(r.out.rfind("fusedmoe ", 0), 0u) << args << "\n" << r.out;
+  EXPECT_TRUE(has(r.out, usage)) << args << "\n" << r.out;
+}
+
+// The address space (kB, within 16 MB) the binary needs to start: limits in the tests are set
+// above it, so they mean the same on machines whose libraries map more or less.
+long long startup_kb() {
+  static const long long kb = [] {
+    long long lo = 100000, hi = 8000000;  // `--version` fails at lo and runs at hi
+    if (run_cli("--version", "ulimit -v " + std::to_string(hi) + ";").code != 0) return -1ll;
+    while (hi - lo > 16384) {
+      const long long mid = (lo + hi) / 2;
+      (run_cli("--version", "ulimit -v " + std::to_string(mid) + ";").code == 0 ? hi : lo) = mid;
+    }
+    return hi;
+  }();
+  return kb;
+}
+
+std::string ulimit_v(long long kb_above_startup) {
+  return "ulimit -v " + std::to_string(startup_kb() + kb_above_startup) + ";";
+}
+
+// The small model of the CLI tests: fp8, H=256, I=64, 16 experts, top-4.
+std::string small_config() {
+  return write_file("small.json",
+      R"({"model_type": "qwen3_moe", "hidden_size": 256, "moe_intermediate_size": 64,
+          "num_experts": 16, "num_experts_per_tok": 4,
+          "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}})");
 }
 
 }  // namespace
@@ -69,7 +118,7 @@ TEST(Cli, BadArgumentsGiveOneLineReasonAndUsage) {
   EXPECT_NE(r.out.find("usage: fusedmoe run"), std::string::npos);
   r = run_cli("run --bogus 1");
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.out.find("unknown option --bogus"), std::string::npos);
+  EXPECT_NE(r.out.find("unknown option \"--bogus\""), std::string::npos) << r.out;
   r = run_cli("run --tokens -5");
   EXPECT_EQ(r.code, 2);
   r = run_cli("run --preset a --config b");
@@ -77,24 +126,30 @@ TEST(Cli, BadArgumentsGiveOneLineReasonAndUsage) {
 }
 
 TEST(Cli, WrongPresetMalformedConfigAndTopKAreOneLineErrors) {
-  Result r = run_cli("run --preset qwen9");
-  EXPECT_EQ(r.code, 1);
-  EXPECT_EQ(count_lines(r.out), 1) << r.out;
-  EXPECT_NE(r.out.find("unknown preset \"qwen9\""), std::string::npos) << r.out;
+  expect_usage_error("run --preset qwen9", "--preset: unknown preset \"qwen9\"; the presets are: ");
 
-  r = run_cli("run --config " + write_file("bad.json", "{\"model_type\": \"mixtral\",,}"));
+  Result r = run_cli("run --config " + write_file("bad.json", "{\"model_type\": \"mixtral\",,}"));
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(count_lines(r.out), 1) << r.out;
   EXPECT_NE(r.out.find("malformed JSON"), std::string::npos) << r.out;
 
   r = run_cli("run --config /nonexistent/config.json");
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.out.find("cannot open config file"), std::string::npos) << r.out;
-
-  r = run_cli("run --preset mixtral-8x7b --top-k 9");
+  EXPECT_EQ(count_lines(r.out), 1) << r.out;
+  EXPECT_NE(r.out.find("cannot open config file \"/nonexistent/config.json\" (No such file"),
+            std::string::npos) << r.out;
+  r = run_cli("run --config " + testing::TempDir());
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(count_lines(r.out), 1) << r.out;
-  EXPECT_NE(r.out.find("top-k=9 is larger than the number of experts (8)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(it is a directory)"), std::string::npos) << r.out;
+
+  expect_usage_error("run --preset mixtral-8x7b --top-k 9",
+                     "--top-k 9 does not suit the model: mixtral-8x7b: top-k=9 is larger than the "
+                     "number of experts (8)");
+  expect_usage_error("run --preset llama4-maverick --top-k 2",
+                     "--top-k 2 does not suit the model: llama4-maverick: sigmoid_top1_on_input "
+                     "routing needs top-k=1, got 2");
+  expect_usage_error("run --top-k 0", "--top-k must be in [1, 1048576], got \"0\"");
 
   r = run_cli("run --config " + write_file("topk.json",
       R"({"model_type": "qwen3_moe", "hidden_size": 256, "moe_intermediate_size": 64,
@@ -145,39 +200,298 @@ TEST(Cli, ProjectionRunsOnTheCpuAndPrintsTheBackend) {
   EXPECT_EQ(r.code, 0) << r.out;
 }
 
-TEST(Cli, ProjectionBadModeAndBackendAreOneLineErrors) {
-  Result r = run_cli("run --projection --mode turbo");
-  EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_EQ(count_lines(r.out), 1) << r.out;
-  EXPECT_NE(r.out.find("--mode must be fast or deterministic, got \"turbo\""), std::string::npos)
-      << r.out;
-
-  r = run_cli("run --mode fast --tokens 1");  // --mode without --projection
-  EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_EQ(count_lines(r.out), 1) << r.out;
-
-  r = run_cli("run --projection --precision nvfp4");
-  EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_EQ(count_lines(r.out), 1) << r.out;
+TEST(Cli, ProjectionBadModeAndBackend) {
+  expect_usage_error("run --projection --mode turbo",
+                     "fusedmoe run: --mode must be one of fast, deterministic, got \"turbo\"",
+                     "usage: fusedmoe run");
+  expect_usage_error("run --mode fast --tokens 1", "--mode applies to --projection only");
+  expect_usage_error("run --projection --precision nvfp4",
+                     "--projection runs the FP8 pipeline; --precision nvfp4 is not supported");
 
   if (!fusedmoe::gpu_usable()) {
-    r = run_cli("run --projection --backend gpu --tokens 4");
-    EXPECT_EQ(r.code, 1) << r.out;
+    const Result r = run_cli("run --projection --backend gpu --tokens 4");
+    EXPECT_EQ(r.code, 1) << r.out;  // a valid command line this machine cannot run
     EXPECT_EQ(count_lines(r.out), 1) << r.out;
     EXPECT_NE(r.out.find("--backend gpu: "), std::string::npos) << r.out;
   }
 }
 
-TEST(Cli, BenchMoeFp8WithoutGpuFailsClearly) {
-  std::string why;
-  if (fusedmoe::gpu_usable(0, &why)) GTEST_SKIP() << "a GPU is usable here: the benchmark would run";
-  const Result r = run_cli("bench --op moe_fp8 --tokens 1");
+// Issue 8, item 1: every mistake on the command line is exit 2, one line naming the option, and
+// the usage; a value is never taken from the next option.
+TEST(Cli, UsageErrorsExit2WithTheReasonAndTheUsage) {
+  expect_usage_error("run --precision fp4",
+                     "fusedmoe run: --precision must be one of bf16, fp8, fp8_block, nvfp4, got "
+                     "\"fp4\"", "usage: fusedmoe run");
+  expect_usage_error("run --tokens --backend cpu",
+                     "fusedmoe run: --tokens needs a value (\"--backend\" is an option, not a value)");
+  expect_usage_error("run --backend cpu --tokens", "fusedmoe run: --tokens needs a value");
+  expect_usage_error("run --config --tokens 4", "--config needs a value");
+  expect_usage_error("run --backend fast", "--backend must be one of auto, cpu, gpu, got \"fast\"");
+  expect_usage_error("run --tokens ' 5'", "--tokens expects an integer, got \" 5\"");
+  expect_usage_error("run --tokens +5", "--tokens expects an integer, got \"+5\"");
+  expect_usage_error("run --tokens 1048577", "--tokens must be in [0, 1048576], got \"1048577\"");
+  expect_usage_error("run --seed 99999999999999999999999",
+                     "--seed must be in [0, 4611686018427387904], got \"99999999999999999999999\"");
+  expect_usage_error("run --tokens 1 --tokens 2", "--tokens is given more than once");
+  expect_usage_error("run --projection --projection", "--projection is given more than once");
+  expect_usage_error("run --projection=yes", "--projection takes no value");
+  expect_usage_error("run -t 5", "unknown option \"-t\"");
+  expect_usage_error("run tokens=5", "unexpected argument \"tokens=5\"");
+  expect_usage_error("run --", "unknown option \"--\"");
+  expect_usage_error("info --verbose", "fusedmoe info: unknown option \"--verbose\"",
+                     "usage: fusedmoe info");
+  expect_usage_error("info gpu", "fusedmoe info: unexpected argument \"gpu\"");
+  expect_usage_error("list-presets --all", "fusedmoe list-presets: unknown option \"--all\"",
+                     "usage: fusedmoe list-presets");
+  // A negative number is a value, not an option: the range check answers.
+  expect_usage_error("run --tokens -5", "--tokens must be in [0, 1048576], got \"-5\"");
+
+  Result r = run_cli("help nope");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(first_line(r.out), "fusedmoe help: \"nope\" is not a command") << r.out;
+  r = run_cli("help run");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out, run_cli("run --help").out);
+  r = run_cli("--version");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.rfind("fusedmoe 0.1.0 (commit ", 0), 0u) << r.out;
+}
+
 #if defined(FMOE_HAS_CUDA)
+// Bench options are checked before the GPU is touched: a typo fails here too, as a usage error.
+TEST(Cli, BenchUsageErrorsComeBeforeTheGpu) {
+  const std::string op_usage = "usage: fusedmoe bench --op moe_fp8 [options]";
+  expect_usage_error("bench", "fusedmoe bench: give 'ceilings' or --op NAME");
+  expect_usage_error("bench --op", "fusedmoe bench: --op needs a value");
+  expect_usage_error("bench --op --tokens 4", "fusedmoe bench: --op needs a value");
+  expect_usage_error("bench --op nope",
+                     "unknown benchmark op \"nope\"; the ops are: gemv, moe_fp8, moe_fp8_all");
+  expect_usage_error("bench ceilings --op moe_fp8", "'bench ceilings' takes no --op",
+                     "usage: fusedmoe bench ceilings");
+  expect_usage_error("bench --op moe_fp8 --mode x",
+                     "--mode must be one of fast, deterministic, both, got \"x\"", op_usage);
+  expect_usage_error("bench --op moe_fp8 --tokens 0", "--tokens must be in [1, 65536], got \"0\"",
+                     op_usage);
+  expect_usage_error("bench --op moe_fp8 --tokens 1,x", "--tokens expects an integer, got \"x\"");
+  expect_usage_error("bench --op moe_fp8 --tokens --mode fast", "--tokens needs a value");
+  expect_usage_error("bench --op moe_fp8 --preset qwen9", "--preset: unknown preset \"qwen9\"");
+  expect_usage_error("bench --op moe_fp8 --pdl on", "unknown option \"--pdl\"", op_usage);
+  expect_usage_error("bench --op moe_fp8_all --preset qwen3-30b-a3b", "unknown option \"--preset\"");
+  expect_usage_error("bench --op gemv --pdl x", "--pdl must be one of off, on, both, got \"x\"",
+                     "usage: fusedmoe bench --op gemv");
+  expect_usage_error("bench --op gemv --tokens 65", "--tokens must be in [1, 64]");
+  expect_usage_error("bench --op gemv --json /nonexistent-dir/out.json",
+                     "--json \"/nonexistent-dir/out.json\": the directory \"/nonexistent-dir\" "
+                     "does not exist or is not writable");
+}
+
+// Issue 8, item 2: the bench usage says to run this to see an op's options.
+TEST(Cli, BenchOpHelpPrintsTheOpsOwnOptions) {
+  const Result generic = run_cli("bench --help");
+  EXPECT_EQ(generic.code, 0) << generic.out;
+  EXPECT_TRUE(has(generic.out, "Run 'fusedmoe bench --op NAME --help' for an op's options."));
+  for (const char* op : {"moe_fp8", "moe_fp8_all", "gemv"})
+    EXPECT_TRUE(has(generic.out, std::string("\n  ") + op + " ")) << op << "\n" << generic.out;
+
+  Result r = run_cli("bench --op moe_fp8 --help");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.rfind("usage: fusedmoe bench --op moe_fp8 [options] [--json PATH]\n", 0), 0u)
+      << r.out;
+  for (const char* opt : {"--preset NAME", "--tokens LIST", "--mode fast|deterministic|both",
+                          "--stages on|off", "--seed N", "--json PATH"})
+    EXPECT_TRUE(has(r.out, "\n  " + std::string(opt))) << opt << "\n" << r.out;
+  EXPECT_FALSE(has(r.out, "Times an op with CUDA events")) << "the generic help:\n" << r.out;
+  EXPECT_EQ(run_cli("bench --op=moe_fp8 -h").out, r.out);
+
+  r = run_cli("bench --op gemv --help");
+  EXPECT_EQ(r.code, 0) << r.out;
+  for (const char* opt : {"--tokens LIST", "--configs auto|all", "--pdl off|on|both",
+                          "--shapes all|contest|moe", "--time on|off", "--json PATH"})
+    EXPECT_TRUE(has(r.out, "\n  " + std::string(opt))) << opt << "\n" << r.out;
+  EXPECT_FALSE(has(r.out, "--preset")) << r.out;
+
+  r = run_cli("bench --op moe_fp8_all --help");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "\n  --stages on|off")) << r.out;
+  EXPECT_FALSE(has(r.out, "--tokens")) << r.out;
+
+  expect_usage_error("bench --op nope --help", "unknown benchmark op \"nope\"",
+                     "usage: fusedmoe bench ceilings");
+}
+#endif
+
+// Issue 8, item 4: a malformed FMOE_* knob ends every command with one line and exit 1 (the
+// header used to be half printed first), and a thread count the system refuses does not abort.
+TEST(Cli, MalformedKnobsEndTheCommandWithOneLine) {
+  const std::string cfg = small_config();
+  const std::string run = "run --backend cpu --tokens 1 --config " + cfg;
+  for (const std::string v : {"abc", "0", "-3", "99999999999", "100000", "4x", " 4"}) {
+    for (const std::string& args : {run, std::string("info"), std::string("list-presets")}) {
+      if (args != run && v != "abc") continue;  // every command once, every value on run
+      const Result r = run_cli(args, "FMOE_THREADS='" + v + "'");
+      EXPECT_EQ(r.code, 1) << v << " " << args << "\n" << r.out;
+      EXPECT_EQ(count_lines(r.out), 1) << v << " " << args << "\n" << r.out;
+      EXPECT_TRUE(has(r.out, "environment variable FMOE_THREADS=\"")) << r.out;
+      EXPECT_TRUE(has(r.out, "(expected an integer in [1, 4096])")) << r.out;
+    }
+  }
+  const Result r = run_cli("run --backend cpu --tokens 1 --config " + cfg, "FMOE_DEBUG_SYNC=2");
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_EQ(count_lines(r.out), 1) << r.out;
-  EXPECT_NE(r.out.find("bench needs an sm_90 GPU: " + why), std::string::npos) << r.out;
-#else
-  EXPECT_EQ(r.code, 2) << r.out;  // CPU-only build: no bench command at all
-  EXPECT_NE(r.out.find("unknown command \"bench\""), std::string::npos) << r.out;
-#endif
+  EXPECT_TRUE(has(r.out, "FMOE_DEBUG_SYNC=\"2\" must be 0 or 1")) << r.out;
+  // --help needs no knobs.
+  EXPECT_EQ(run_cli("run --help", "FMOE_THREADS=abc").code, 0);
+}
+
+TEST(Cli, MoreThreadsThanTheSystemAllowsStillRuns) {
+  // 4096 threads of 8 MB stacks do not fit in 1.3 GB of address space above what the program
+  // needs to start: threads are refused (the first refusal used to be std::terminate,
+  // SIGABRT). The run must finish, with the output it has on 2 threads: the weights (0.2 GB)
+  // and the reference's buffers must still find room beside the threads that did start.
+  ASSERT_GT(startup_kb(), 0);
+  const std::string args = "run --projection --backend cpu --preset qwen3-30b-a3b --tokens 4";
+  const Result many = run_cli(args, ulimit_v(1300 << 10) + " FMOE_THREADS=4096");
+  ASSERT_EQ(many.code, 0) << many.out;
+  EXPECT_FALSE(has(many.out, "terminate")) << many.out;
+  const Result two = run_cli(args, "FMOE_THREADS=2");
+  ASSERT_EQ(two.code, 0) << two.out;
+  const auto hash = [](const std::string& s) { return s.substr(s.find("bits hash")); };
+  EXPECT_EQ(hash(many.out), hash(two.out));
+}
+
+// Issue 8, item 5: the whole host footprint is checked before anything is allocated, and the
+// last resort for an allocation that fails anyway is one line, never std::bad_alloc.
+TEST(Cli, HostMemoryIsCheckedUpFront) {
+  // Token-dependent buffers: 1M tokens of the default preset need hundreds of GB. The limit
+  // makes the answer the same on machines with more memory.
+  Result r = run_cli("run --backend cpu --tokens 1048576", "ulimit -v 16000000;");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(count_lines(r.out), 1) << r.out;
+  EXPECT_TRUE(has(r.out, "qwen3.5-35b-a3b with 1048576 tokens needs about ")) << r.out;
+  EXPECT_TRUE(has(r.out, " this process can use (")) << r.out;
+  EXPECT_TRUE(has(r.out, "; reduce --tokens to at most ")) << r.out;
+  EXPECT_FALSE(has(r.out, "bad_alloc")) << r.out;
+  // The advice is exact: that many tokens pass the check (the run starts; it is stopped after
+  // 2 s), one more does not.
+  const int fits = std::atoi(r.out.c_str() + r.out.find("at most ") + 8);
+  ASSERT_GT(fits, 0) << r.out;
+  r = run_cli("run --backend cpu --tokens " + std::to_string(fits), "ulimit -v 16000000; timeout 2");
+  EXPECT_TRUE(has(r.out, "  backend  : cpu-reference")) << r.out;
+  EXPECT_FALSE(has(r.out, "needs about")) << r.out;
+  r = run_cli("run --backend cpu --tokens " + std::to_string(fits + 1), "ulimit -v 16000000;");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "reduce --tokens to at most " + std::to_string(fits) + ",")) << r.out;
+
+  // The float staging of one expert matrix: a 64K-wide shared expert is 0.8 GB as fp8 but
+  // 2.1 GB as floats while it is quantized (the old check counted 0.8 GB and ran out).
+  const std::string wide_shared = write_file("wide_shared.json",
+      R"({"model_type": "qwen2_moe", "hidden_size": 4096, "moe_intermediate_size": 128,
+          "num_experts": 2, "num_experts_per_tok": 1, "shared_expert_intermediate_size": 65536,
+          "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}})");
+  r = run_cli("run --backend cpu --tokens 1 --config " + wide_shared, "ulimit -v 3000000;");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(count_lines(r.out), 1) << r.out;
+  EXPECT_TRUE(has(r.out, "weights 0.81 GB, float staging 2.15 GB")) << r.out;
+  EXPECT_TRUE(has(r.out, "even 0 tokens do not fit")) << r.out;
+  EXPECT_FALSE(has(r.out, "bad_alloc")) << r.out;
+
+  // 29203 x 3737984: 327 GB of fp8 weights and 873 GB of staging, on any machine.
+  const std::string huge = write_file("huge_shared.json",
+      R"({"model_type": "qwen2_moe", "hidden_size": 29203, "moe_intermediate_size": 64,
+          "num_experts": 4, "num_experts_per_tok": 2, "shared_expert_intermediate_size": 3737984,
+          "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}})");
+  r = run_cli("run --backend cpu --tokens 1 --config " + huge);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(count_lines(r.out), 1) << r.out;
+  EXPECT_TRUE(has(r.out, "weights 327.58 GB, float staging 873.28 GB")) << r.out;
+
+  // --projection: the routed GEMM's double results dominate at many tokens.
+  r = run_cli("run --projection --backend cpu --tokens 1048576 --preset qwen3-30b-a3b",
+              "ulimit -v 16000000;");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(count_lines(r.out), 1) << r.out;
+  EXPECT_TRUE(has(r.out, "qwen3-30b-a3b --projection with 1048576 tokens needs about ")) << r.out;
+  EXPECT_TRUE(has(r.out, "reduce --tokens to at most ")) << r.out;
+}
+
+TEST(Cli, OutOfHostMemoryIsOneLineNotBadAlloc) {
+  // The last resort: an allocation no check foresaw (here a 96 MB config.json read under an
+  // address-space limit 64 MB above what the program needs to start) fails.
+  ASSERT_GT(startup_kb(), 0) << "fusedmoe --version does not run under an 8 GB address space";
+  const std::string path = testing::TempDir() + "big_config.json";
+  {
+    std::ofstream f(path);
+    f << "{\"model_type\": \"" << std::string(96 << 20, 'x') << "\"}";
+  }
+  const Result r = run_cli("run --backend cpu --config " + path, ulimit_v(64 << 10));
+  std::remove(path.c_str());
+  EXPECT_EQ(r.code, 1) << r.out.substr(0, 2000);
+  EXPECT_EQ(r.out, "fusedmoe run: out of host memory while reading the config file; use fewer "
+                   "tokens or a smaller model, or free memory\n");
+}
+
+// Issue 8, item 6: what the user typed is quoted, escaped and truncated in every message.
+TEST(Cli, UserTextIsQuotedEscapedAndTruncated) {
+  const std::string big(100 * 1024, 'a');
+  for (const std::string& args : {"run --" + big, "run --preset " + big, "run --tokens " + big,
+                                 "run --backend " + big, "run " + big, big,
+                                 "run --config /" + big}) {
+    const Result r = run_cli(args);
+    EXPECT_NE(r.code, 0) << args.substr(0, 40);
+    EXPECT_LT(r.out.size(), 4000u) << args.substr(0, 40) << "\n" << r.out.substr(0, 400);
+    EXPECT_TRUE(has(first_line(r.out), "...(")) << args.substr(0, 40) << "\n" << first_line(r.out);
+  }
+  // ESC ] 0 ; ... BEL would retitle the terminal; a newline would forge a second line.
+  const std::string evil = "\"$(printf 'x\\033]0;pwned\\007\\ny')\"";
+  for (const std::string& args : {"run --preset " + evil, "run --" + evil, "run --precision " + evil,
+                                 evil, "run --config " + evil, "bench --op " + evil}) {
+    const Result r = run_cli(args);
+    EXPECT_NE(r.code, 0) << args;
+    EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << args << "\n" << r.out;
+    EXPECT_EQ(r.out.find('\x07'), std::string::npos) << args << "\n" << r.out;
+    EXPECT_TRUE(has(first_line(r.out), "x\\x1B]0;pwned\\x07\\ny")) << args << "\n" << r.out;
+  }
+}
+
+// Issue 8, item 3: weight generation says it is alive, at a bounded rate, on stderr; the
+// weights (and so the output) stay those of the seed, whatever the thread count.
+TEST(Cli, WeightGenerationReportsProgressAtABoundedRate) {
+  // 80 experts of 2 x 2048 x 1024 + 2048 x 1024: 503M weights, ~5 s on 2 cores.
+  const std::string cfg = write_file("progress.json",
+      R"({"model_type": "qwen3_moe", "hidden_size": 2048, "moe_intermediate_size": 1024,
+          "num_experts": 80, "num_experts_per_tok": 2,
+          "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}})");
+  const std::string err_path = testing::TempDir() + "progress.stderr";
+  const Result r = run_cli("run --backend cpu --tokens 2 --config " + cfg + " 2>" + err_path, "",
+                           false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string err = [&] {
+    std::ifstream f(err_path);
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }();
+  std::remove(err_path.c_str());
+  EXPECT_FALSE(has(r.out, "% after ")) << "progress belongs on stderr:\n" << r.out;
+  const size_t at = r.out.find("generated in ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const double seconds = std::atof(r.out.c_str() + at + 13);
+  int lines = 0, last_pct = -1;
+  for (size_t p = 0; p < err.size(); p = err.find('\n', p) + 1) {
+    const std::string line = err.substr(p, err.find('\n', p) - p);
+    EXPECT_EQ(line.rfind("  weights  : ", 0), 0u) << "stderr holds only progress:\n" << err;
+    EXPECT_TRUE(has(line, "% after ")) << line;
+    const int pct = std::atoi(line.c_str() + 13);
+    EXPECT_GT(pct, last_pct) << line;
+    EXPECT_LT(pct, 100) << line;
+    last_pct = pct;
+    ++lines;
+  }
+  EXPECT_LE(lines, int(seconds / 2.0) + 1) << "more than one line per 2 s:\n" << err;
+  // A machine fast enough to generate these weights in under 3 s has nothing to report.
+  if (seconds >= 3.0) {
+    EXPECT_GE(lines, 1) << "no progress in " << seconds << " s:\n" << r.out;
+  }
+  // The weights, and so the output, do not depend on the thread count.
+  const std::string small = "run --backend cpu --tokens 9 --config " + small_config();
+  const auto hash = [](const std::string& s) { return s.substr(s.find("bits hash")); };
+  EXPECT_EQ(hash(run_cli(small, "FMOE_THREADS=1").out), hash(run_cli(small, "FMOE_THREADS=3").out));
 }
