@@ -30,9 +30,15 @@ struct Ceilings {
   double l2_bytes = 0;
   int sm_clock_mhz = 0, mem_clock_mhz = 0;  ///< maximum clocks (attributes)
   int driver = 0, runtime = 0;
-  double copy_gbps = 0;        ///< device-to-device copy, bytes read + written per second
-  double copy_kernel_gbps = 0; ///< our 16-byte copy kernel
-  double memcpy_gbps = 0;      ///< cudaMemcpyAsync device to device
+  /// The byte ceiling: the fastest of the ways below to stream 1 GiB (bytes moved per second:
+  /// read + written for copies, read for the read-only stream); `copy_source` names the winner.
+  double copy_gbps = 0;
+  std::string copy_source;
+  double copy_kernel_gbps = 0;       ///< copy_cs4: 16-byte streaming loads/stores, 4 in flight
+  double copy_nc8_gbps = 0;          ///< copy_nc8: non-coherent loads, 8 in flight
+  double read_gbps = 0;              ///< read_nc8: a read-only stream (what a weight stream is)
+  double memcpy_gbps = 0;            ///< cudaMemcpyAsync device to device in a CUDA graph
+  double memcpy_nograph_gbps = 0;    ///< the same, launched directly (no graph)
   double fp8_tflops = 0;       ///< cuBLASLt e4m3 x e4m3 -> bf16, 8192^3
   double bf16_tflops = 0;      ///< cuBLASLt bf16, 8192^3
 };
@@ -63,7 +69,10 @@ void print_row(const Row& r, const Ceilings& c);
 void write_json(const std::string& path, const Ceilings& c, const std::vector<Row>& rows,
                 const std::string& command);
 
-/// Device copy kernel used for the bandwidth ceiling (bench/ceilings.cu).
-void launch_copy_kernel(const void* src, void* dst, size_t bytes, cudaStream_t stream);
+/// The kernels of the bandwidth ceiling (bench/ceilings.cu). read_nc8 reads src only (dst: a
+/// 4-byte sink).
+enum class StreamKernel { copy_cs4, copy_nc8, read_nc8 };
+void launch_stream_kernel(StreamKernel k, const void* src, void* dst, size_t bytes,
+                          cudaStream_t stream);
 
 }  // namespace fusedmoe::bench

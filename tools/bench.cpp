@@ -152,9 +152,11 @@ int cmd_bench(const std::vector<std::string>& argv_in) {
   const bench::Ceilings& c = bench::ceilings(stream);
   std::printf("device %s, %d SMs, L2 %.0f MiB, max clocks SM %d / mem %d MHz\n", c.device.c_str(),
               c.sm_count, c.l2_bytes / (1 << 20), c.sm_clock_mhz, c.mem_clock_mhz);
-  std::printf("ceilings: copy %.0f GB/s (kernel %.0f, memcpy %.0f), FP8 GEMM %.0f TFLOP/s, "
-              "BF16 GEMM %.0f TFLOP/s\n", c.copy_gbps, c.copy_kernel_gbps, c.memcpy_gbps,
-              c.fp8_tflops, c.bf16_tflops);
+  std::printf("ceilings: bytes %.0f GB/s (best: %s; copy kernels %.0f / %.0f, read-only %.0f, "
+              "memcpy %.0f in a graph / %.0f direct), FP8 GEMM %.0f TFLOP/s, BF16 GEMM %.0f "
+              "TFLOP/s\n", c.copy_gbps, c.copy_source.c_str(), c.copy_kernel_gbps,
+              c.copy_nc8_gbps, c.read_gbps, c.memcpy_gbps, c.memcpy_nograph_gbps, c.fp8_tflops,
+              c.bf16_tflops);
   std::vector<bench::Row> rows;
   if (op) {
     bench::Context ctx{stream, &c, &rows};

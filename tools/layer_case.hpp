@@ -25,6 +25,7 @@ namespace fusedmoe::cli {
 /// The reference's weights uploaded in checkpoint layouts, and the layer prepared from them.
 struct GpuLayer {
   std::vector<DeviceBuffer> buffers;  // the checkpoint-layout tensors (MoeLayer copies them)
+  MoeLayerWeights weights;            // views of `buffers`: more MoeLayers can be built from them
   std::unique_ptr<MoeLayer> layer;
 };
 
@@ -87,6 +88,7 @@ inline GpuLayer make_gpu_layer(const ref::LayerWeights& lw, cudaStream_t stream)
       w.shared_gate = TensorRef::contiguous(g.buffers.back().get(), DType::bf16, {H}, Device::cuda);
     }
   }
+  g.weights = w;
   g.layer = std::make_unique<MoeLayer>(c, w, stream);
   return g;
 }
@@ -154,44 +156,49 @@ inline ref::LayerWeights random_layer_codes(const MoeConfig& cfg, uint64_t seed)
   return lw;
 }
 
-/// GPU output y (bf16 bits) against the reference (bf16-valued floats): per element
-/// |got - want| <= 2^-6 |want| + 2^-9 max|want| (bf16 output rounding, fp32 accumulation, and an
-/// fp8 intermediate code the two sides round differently from values a few ulps apart), and the
-/// relative L2 error <= 2^-8. NaN and Inf must sit where the reference has them.
+/// GPU output y (bf16 bits) [T, H] against the reference (bf16-valued floats): the relative L2
+/// error over all of y and over each token's row. The two sides round the intermediate from sums
+/// a few fp32 ulps apart, so an fp8 intermediate code can differ by a step (1/16 relative) here
+/// and there: the bounds are statistical (fp8 2e-2 overall, 6e-2 per row; bf16 5e-3 / 1.5e-2),
+/// while a wrong expert, scale or row gives errors of order 1 in its row. NaN and Inf must sit
+/// where the reference has them. (The GPU tests check each GEMM against an oracle fed the exact
+/// values the kernel saw: tests/layer.)
 struct LayerCheck {
-  double max_abs_err = 0, max_rel_err = 0, rel_l2 = 0;
-  int64_t bad = 0, worst = -1;
-  bool ok() const { return bad == 0 && rel_l2 <= 1.0 / 256; }
+  double max_abs_err = 0, rel_l2 = 0, worst_row_rel = 0, bound = 0, row_bound = 0;
+  int64_t nonfinite_mismatch = 0, worst_row = -1, worst = -1;
+  bool ok() const { return nonfinite_mismatch == 0 && rel_l2 <= bound && worst_row_rel <= row_bound; }
 };
 
 inline LayerCheck check_layer_output(const std::vector<uint16_t>& got_bits,
-                                     const std::vector<float>& want) {
+                                     const std::vector<float>& want, int H, bool fp8) {
   LayerCheck r;
-  double max_want = 0;
-  for (float v : want)
-    if (std::isfinite(v)) max_want = std::max(max_want, double(std::fabs(v)));
-  double num = 0, den = 0, worst_excess = -1;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double g = fmt::bf16_to_float(got_bits[i]), w = want[i];
-    if (!std::isfinite(w) || !std::isfinite(g)) {
-      const bool same = (std::isnan(w) && std::isnan(g)) || (std::isinf(w) && g == w);
-      if (!same) {
-        ++r.bad;
-        if (r.worst < 0) r.worst = int64_t(i);
+  r.bound = fp8 ? 2e-2 : 5e-3;
+  r.row_bound = 3 * r.bound;
+  double num = 0, den = 0;
+  const int64_t T = H > 0 ? int64_t(want.size()) / H : 0;
+  for (int64_t t = 0; t < T; ++t) {
+    double rn = 0, rd = 0;
+    for (int64_t i = t * H; i < (t + 1) * H; ++i) {
+      const double g = fmt::bf16_to_float(got_bits[size_t(i)]), w = want[size_t(i)];
+      if (!std::isfinite(w) || !std::isfinite(g)) {
+        const bool same = (std::isnan(w) && std::isnan(g)) || (std::isinf(w) && g == w);
+        if (!same && r.nonfinite_mismatch++ == 0) r.worst = i;
+        continue;
       }
-      continue;
+      const double d = std::fabs(g - w);
+      if (d > r.max_abs_err) {
+        r.max_abs_err = d;
+        if (r.nonfinite_mismatch == 0) r.worst = i;
+      }
+      rn += d * d;
+      rd += w * w;
     }
-    const double d = std::fabs(g - w), tol = std::ldexp(std::fabs(w), -6) + std::ldexp(max_want, -9);
-    num += d * d;
-    den += w * w;
-    r.max_abs_err = std::max(r.max_abs_err, d);
-    if (std::fabs(w) > 1e-3 * max_want) r.max_rel_err = std::max(r.max_rel_err, d / std::fabs(w));
-    if (d > tol) {
-      ++r.bad;
-      if (d - tol > worst_excess) {
-        worst_excess = d - tol;
-        r.worst = int64_t(i);
-      }
+    num += rn;
+    den += rd;
+    const double row_rel = rd > 0 ? std::sqrt(rn / rd) : (rn > 0 ? 1.0 : 0.0);
+    if (row_rel > r.worst_row_rel) {
+      r.worst_row_rel = row_rel;
+      r.worst_row = t;
     }
   }
   r.rel_l2 = den > 0 ? std::sqrt(num / den) : (num > 0 ? 1.0 : 0.0);
@@ -200,9 +207,11 @@ inline LayerCheck check_layer_output(const std::vector<uint16_t>& got_bits,
 
 inline std::string describe_layer_check(const LayerCheck& c, const std::vector<uint16_t>& got,
                                         const std::vector<float>& want, int H) {
-  std::string s = strf("%lld elements out of tolerance, relative L2 %.3e", (long long)c.bad, c.rel_l2);
+  std::string s = strf("relative L2 %.2e (bound %.0e), worst token row %lld at %.2e (bound %.0e)",
+                       c.rel_l2, c.bound, (long long)c.worst_row, c.worst_row_rel, c.row_bound);
+  if (c.nonfinite_mismatch) s += strf(", %lld NaN/Inf where the reference has none", (long long)c.nonfinite_mismatch);
   if (c.worst >= 0)
-    s += strf("; worst y[%lld, %lld] got %.6g want %.6g", (long long)(c.worst / H),
+    s += strf("; largest error at y[%lld, %lld]: got %.6g want %.6g", (long long)(c.worst / H),
               (long long)(c.worst % H), double(fmt::bf16_to_float(got[size_t(c.worst)])),
               double(want[size_t(c.worst)]));
   return s;
