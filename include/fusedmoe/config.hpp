@@ -122,7 +122,8 @@ const char* default_preset_name();
 /// ConfigLimits::kMaxConfigJsonBytes long.
 MoeConfig config_from_hf_json_text(const std::string& json_text, const std::string& origin,
                                    const Precision* precision_override = nullptr);
-/// As config_from_hf_json_text, from a file.
+/// As config_from_hf_json_text, from a file: it must be a regular file (a directory, a device,
+/// a FIFO is refused without reading from it) of at most ConfigLimits::kMaxConfigJsonBytes.
 MoeConfig config_from_hf_json_file(const std::string& path,
                                    const Precision* precision_override = nullptr);
 

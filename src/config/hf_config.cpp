@@ -3,10 +3,14 @@
 // every inconsistency is an Error naming the file and the field, with expected versus actual.
 // User text (strings from the file, the path) reaches a message only through json::printable or
 // detail::quote_user_text: escaped and bounded.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
-#include <fstream>
-#include <sstream>
+#include <cstring>
 
 #include "common/json.hpp"
 #include "common/text.hpp"
@@ -349,6 +353,52 @@ MoeConfig read_document(const json::Document& doc, const std::string& origin,
   return read_family(tf, text_type, nullptr, precision_override);
 }
 
+// The whole file, refusing what is not a small regular file before reading from it.
+std::string read_config_file(const std::string& path) {
+  const std::string shown = json::printable(path, 200);
+  // O_NONBLOCK: opening a FIFO for reading must not wait for a writer (it is refused below).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  FMOE_REQUIRE(fd >= 0, "cannot open config file %s: %s", shown.c_str(), std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  FMOE_REQUIRE(::fstat(fd, &st) == 0, "cannot stat config file %s: %s", shown.c_str(),
+               std::strerror(errno));
+  const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
+                     : S_ISCHR(st.st_mode)  ? "a character device"
+                     : S_ISBLK(st.st_mode)  ? "a block device"
+                     : S_ISFIFO(st.st_mode) ? "a FIFO"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                                            : "not a regular file";
+  FMOE_REQUIRE(S_ISREG(st.st_mode), "config file %s must be a regular file, it is %s",
+               shown.c_str(), kind);
+  const long long cap = L::kMaxConfigJsonBytes;
+  FMOE_REQUIRE(st.st_size <= cap,
+               "config file %s is %lld bytes, above the limit of %lld bytes (4 MiB; a "
+               "config.json is a few KB)", shown.c_str(), (long long)st.st_size, cap);
+  // Read at most cap + 1 bytes: files in /proc report size 0, and a file may grow meanwhile.
+  std::string text(size_t(st.st_size > 0 ? st.st_size : 4096), '\0');
+  size_t got = 0;
+  for (;;) {
+    if (got == text.size()) {
+      if ((long long)got > cap) break;
+      text.resize(std::min<size_t>(text.size() * 2, size_t(cap) + 1));
+    }
+    const ssize_t n = ::read(fd, &text[got], text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    FMOE_REQUIRE(n >= 0, "cannot read config file %s: %s", shown.c_str(), std::strerror(errno));
+    if (n == 0) break;
+    got += size_t(n);
+  }
+  FMOE_REQUIRE((long long)got <= cap,
+               "config file %s is above the limit of %lld bytes (4 MiB; a config.json is a few "
+               "KB): it grew while being read", shown.c_str(), cap);
+  text.resize(got);
+  return text;
+}
+
 }  // namespace
 
 MoeConfig config_from_hf_json_text(const std::string& json_text, const std::string& origin,
@@ -369,11 +419,7 @@ MoeConfig config_from_hf_json_text(const std::string& json_text, const std::stri
 }
 
 MoeConfig config_from_hf_json_file(const std::string& path, const Precision* precision_override) {
-  std::ifstream in(path, std::ios::binary);
-  FMOE_REQUIRE(in.good(), "cannot open config file %s", json::printable(path).c_str());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return config_from_hf_json_text(ss.str(), path, precision_override);
+  return config_from_hf_json_text(read_config_file(path), path, precision_override);
 }
 
 }  // namespace fusedmoe

@@ -538,3 +538,60 @@ TEST(HfConfig, RealConfigsOfEveryFamily) {
   EXPECT_FALSE(config_from_hf_json_file(data_dir() + "qwen2_moe.json")
                    .routing.renormalize);
 }
+
+// ---- reading the file --------------------------------------------------------------------------
+TEST(HfConfigFile, RefusesWhatIsNotASmallRegularFile) {
+  using namespace std::chrono;
+  const std::string dir = testing::TempDir();
+  expect_error([&] { config_from_hf_json_file(dir); }, "must be a regular file, it is a directory");
+  expect_error([] { config_from_hf_json_file("/dev/null"); },
+               "config file /dev/null must be a regular file, it is a character device");
+  const auto t0 = steady_clock::now();
+  expect_error([] { config_from_hf_json_file("/dev/zero"); }, "it is a character device");
+  EXPECT_LT(duration<double>(steady_clock::now() - t0).count(), 1.0);
+  // /proc files are regular with size 0: read (bounded); this one fails at offset 0.
+  const std::string mem = error_of([] { config_from_hf_json_file("/proc/self/mem"); });
+  EXPECT_NE(mem.find("cannot read config file /proc/self/mem"), std::string::npos) << mem;
+  EXPECT_EQ(mem.find("malformed JSON"), std::string::npos) << mem;
+
+  // A FIFO with no writer: refused at once, not waited on.
+  const std::string fifo = dir + "fmoe_fifo_" + std::to_string(getpid());
+  std::remove(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  auto pending = std::async(std::launch::async, [&] { return error_of([&] {
+    config_from_hf_json_file(fifo); }); });
+  if (pending.wait_for(seconds(10)) != std::future_status::ready) {
+    ADD_FAILURE() << "config_from_hf_json_file blocked on a FIFO";
+    const int w = open(fifo.c_str(), O_WRONLY | O_NONBLOCK);  // let the reader finish
+    if (w >= 0) close(w);
+  }
+  const std::string fifo_msg = pending.get();
+  EXPECT_NE(fifo_msg.find("must be a regular file, it is a FIFO"), std::string::npos) << fifo_msg;
+  std::remove(fifo.c_str());
+
+  // 50 MB of zeros (sparse): refused from its size, without reading it.
+  const std::string big = dir + "fmoe_big_" + std::to_string(getpid()) + ".json";
+  {
+    const int fd = open(big.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(ftruncate(fd, 50ll << 20), 0);
+    close(fd);
+  }
+  expect_error([&] { config_from_hf_json_file(big); },
+               "is 52428800 bytes, above the limit of 4194304 bytes (4 MiB");
+  // Exactly at the limit is read (and then judged as JSON).
+  {
+    const int fd = open(big.c_str(), O_WRONLY | O_TRUNC);
+    ASSERT_EQ(ftruncate(fd, ConfigLimits::kMaxConfigJsonBytes), 0);
+    close(fd);
+  }
+  expect_error([&] { config_from_hf_json_file(big); }, "malformed JSON");
+  std::remove(big.c_str());
+  expect_error([] { config_from_hf_json_text(std::string((4 << 20) + 1, ' '), "x.json"); },
+               "x.json: the config text is 4194305 bytes, above the limit of 4194304 bytes");
+
+  // A path with control characters is echoed escaped.
+  const std::string m = error_of([] { config_from_hf_json_file("/nonexistent/\x1b]0;x\x07"); });
+  EXPECT_NE(m.find("cannot open config file \"/nonexistent/\\x1B]0;x\\x07\": No such file"),
+            std::string::npos) << m;
+}
