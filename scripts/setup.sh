@@ -36,6 +36,13 @@ if ! have ninja; then apt_install ninja-build || python3 -m pip install -q ninja
 if [ ! -f /usr/include/gtest/gtest.h ] && [ ! -f /usr/local/include/gtest/gtest.h ]; then
   apt_install libgtest-dev || { echo "GoogleTest is missing and could not be installed" >&2; exit 1; }
 fi
+if [ ! -f /usr/include/nlohmann/json.hpp ] && [ ! -f /usr/local/include/nlohmann/json.hpp ]; then
+  apt_install nlohmann-json3-dev || { echo "nlohmann-json is missing and could not be installed" >&2; exit 1; }
+fi
+# tests/config/test_locale.cpp builds de_DE and ps_AF with localedef from the locales sources.
+if [ ! -f /usr/share/i18n/locales/de_DE ] || [ ! -f /usr/share/i18n/locales/ps_AF ]; then
+  apt_install locales || { echo "the locales package is missing and could not be installed" >&2; exit 1; }
+fi
 if ! have nvcc && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
 if have nvcc; then log "nvcc: $(nvcc --version | tail -1)"; else log "nvcc not found: building the CPU reference only"; fi
 

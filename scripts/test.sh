@@ -5,5 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
+./scripts/fuzz.sh  # config reader: its tests under ASan+UBSan, then a bounded (60 s) libFuzzer run
 cd "${FMOE_BUILD_DIR:-build}"
 exec ctest --output-on-failure "$@"

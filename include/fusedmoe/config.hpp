@@ -58,6 +58,28 @@ const char* precision_name(Precision p);
 /// Parses "bf16", "fp8", "fp8_block", "nvfp4"; throws Error otherwise.
 Precision parse_precision(const std::string& s);
 
+/// The plausible range of every MoeConfig field. MoeConfig::validate() and the config.json import
+/// reject a value outside it with a sentence naming the field, the value and the range. The sizes
+/// must also be multiples of 16: the kernels step K and N by 16 (fp8 and bf16 as well as nvfp4).
+/// Bounds are generous: the largest published MoE models are far inside them.
+struct ConfigLimits {
+  static constexpr int kSizeStep = 16;                 ///< hidden and intermediate sizes: multiples
+  static constexpr int kMaxHidden = 1 << 16;           ///< H in [16, 65536]
+  static constexpr int kMaxIntermediate = 1 << 18;     ///< I and the shared MLP's in [16, 262144]
+  static constexpr int kMaxExperts = 4096;             ///< E in [1, 4096]
+  static constexpr int kMaxTopK = 32;                  ///< top-k in [1, min(E, 32)]
+  static constexpr int kMaxSharedExperts = 64;         ///< shared experts in [0, 64]
+  static constexpr double kMinRoutedScale = 1e-3;      ///< routed_scaling_factor in [1e-3, 1e3]
+  static constexpr double kMaxRoutedScale = 1e3;
+  static constexpr double kMaxSoftcap = 1e3;           ///< softcap 0 (off) or in (0, 1e3]
+  static constexpr double kMinSwigluLimit = 1e-2;      ///< clamped SwiGLU limit in [1e-2, 1e3]
+  static constexpr double kMaxSwigluLimit = 1e3;
+  static constexpr double kMinSwigluAlpha = 1e-2;      ///< clamped SwiGLU alpha in [1e-2, 1e2]
+  static constexpr double kMaxSwigluAlpha = 1e2;
+  /// config.json files are a few KB; a larger file (or text) is refused before parsing.
+  static constexpr long long kMaxConfigJsonBytes = 4ll << 20;
+};
+
 /// One MoE layer. Sizes are per expert; weights are [E, 2*I, H] (gate/up) and [E, H, I] (down).
 struct MoeConfig {
   std::string name;                  ///< preset name or the config.json's model_type
@@ -74,8 +96,9 @@ struct MoeConfig {
   Precision weight_precision = Precision::fp8_block;
   Precision activation_precision = Precision::fp8_block;
 
-  /// Throws Error naming the first inconsistent field (top-k > experts, groups not dividing
-  /// experts, sizes not positive, precision pairs we do not run, ...).
+  /// Throws Error naming the first inconsistent field (a value outside ConfigLimits, a size not
+  /// a multiple of 16, top-k > experts, groups not dividing experts, precision pairs we do not
+  /// run, ...).
   void validate() const;
   /// One line: "qwen3.5-35b-a3b: H=2048 I=512 E=256 top-8 shared=1x512 softmax_topk(renorm) fp8_block/fp8_block"
   std::string summary() const;
@@ -90,11 +113,17 @@ const char* default_preset_name();
 /// Reads the MoE fields of a Hugging Face config.json (qwen2_moe, qwen3_moe, qwen3_next,
 /// qwen3_5_moe, deepseek_v3, kimi_k2, mixtral, gpt_oss, llama4 families; a nested
 /// "text_config" is followed). Precision comes from "quantization_config" (fp8 128x128 blocks,
-/// ModelOpt NVFP4; none means bf16) unless `precision_override` is given. Throws Error with the
-/// file and field on malformed JSON, an unknown model_type, a missing or mistyped field, or an
-/// inconsistent value.
+/// ModelOpt NVFP4; none means bf16) unless `precision_override` is given (the CLI's
+/// --precision); a file in another format (gpt-oss's mxfp4, ...) needs the override.
+/// Throws Error with the file and field on malformed JSON, an unknown model_type, a missing,
+/// mistyped, duplicated or out-of-range field (ConfigLimits), or an inconsistent value.
+/// Integer fields take JSON integers and floats with an integer value (2048.0); numbers are read
+/// independently of the C locale. `origin` names the text in messages. The text may be at most
+/// ConfigLimits::kMaxConfigJsonBytes long.
 MoeConfig config_from_hf_json_text(const std::string& json_text, const std::string& origin,
                                    const Precision* precision_override = nullptr);
+/// As config_from_hf_json_text, from a file: it must be a regular file (a directory, a device,
+/// a FIFO is refused without reading from it) of at most ConfigLimits::kMaxConfigJsonBytes.
 MoeConfig config_from_hf_json_file(const std::string& path,
                                    const Precision* precision_override = nullptr);
 

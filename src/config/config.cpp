@@ -1,7 +1,9 @@
 // MoeConfig validation, names and the model presets (shapes and routing from the models'
 // published configs; see docs/design.md for the sources).
-#include <cmath>
+#include <cstdint>
 
+#include "common/json.hpp"
+#include "common/text.hpp"
 #include "fusedmoe/config.hpp"
 #include "fusedmoe/error.hpp"
 
@@ -38,45 +40,63 @@ Precision parse_precision(const std::string& s) {
   if (s == "bf16") return Precision::bf16;
   if (s == "fp8" || s == "fp8_block") return Precision::fp8_block;
   if (s == "nvfp4") return Precision::nvfp4;
-  FMOE_REQUIRE(false, "precision \"%s\" is not one of bf16, fp8, nvfp4", s.c_str());
+  FMOE_REQUIRE(false, "precision %s is not one of bf16, fp8, nvfp4",
+               detail::quote_user_text(s).c_str());
 }
 
 void MoeConfig::validate() const {
-  const char* n = name.empty() ? "config" : name.c_str();
-  FMOE_REQUIRE(hidden > 0, "%s: hidden size must be positive, got %d", n, hidden);
-  FMOE_REQUIRE(intermediate > 0, "%s: expert intermediate size must be positive, got %d", n,
-               intermediate);
-  FMOE_REQUIRE(num_experts >= 1, "%s: number of experts must be at least 1, got %d", n,
-               num_experts);
+  using L = ConfigLimits;
+  const std::string shown = name.empty() ? std::string("config") : json::printable(name, 80);
+  const char* n = shown.c_str();
+  // Each size: in its range, then a multiple of 16 (the kernels step K and N by 16).
+  auto check_size = [&](const char* what, int v, int lo, int hi) {
+    FMOE_REQUIRE(v >= lo && v <= hi, "%s: %s %d is out of range: expected [%d, %d]", n, what, v,
+                 lo, hi);
+    FMOE_REQUIRE(v % L::kSizeStep == 0,
+                 "%s: %s %d must be a multiple of %d (the kernels step K and N by %d)", n, what, v,
+                 L::kSizeStep, L::kSizeStep);
+  };
+  check_size("hidden size", hidden, L::kSizeStep, L::kMaxHidden);
+  check_size("expert intermediate size", intermediate, L::kSizeStep, L::kMaxIntermediate);
+  FMOE_REQUIRE(num_experts >= 1 && num_experts <= L::kMaxExperts,
+               "%s: number of experts %d is out of range: expected [1, %d]", n, num_experts,
+               L::kMaxExperts);
   FMOE_REQUIRE(top_k >= 1, "%s: top-k must be at least 1, got %d", n, top_k);
   FMOE_REQUIRE(top_k <= num_experts, "%s: top-k=%d is larger than the number of experts (%d)", n,
                top_k, num_experts);
-  FMOE_REQUIRE(top_k <= 32, "%s: top-k=%d is above the supported maximum of 32", n, top_k);
-  FMOE_REQUIRE(num_shared_experts >= 0, "%s: shared expert count must be >= 0, got %d", n,
-               num_shared_experts);
-  FMOE_REQUIRE(num_shared_experts == 0 || shared_intermediate > 0,
-               "%s: %d shared experts need a positive shared intermediate size, got %d", n,
-               num_shared_experts, shared_intermediate);
-  FMOE_REQUIRE(num_shared_experts > 0 || (shared_intermediate == 0 && !shared_expert_gate),
-               "%s: shared intermediate size %d or a shared-expert gate given without shared "
-               "experts", n, shared_intermediate);
-  FMOE_REQUIRE(std::isfinite(routing.routed_scaling_factor) && routing.routed_scaling_factor > 0,
-               "%s: routed scaling factor must be positive and finite, got %g", n,
-               double(routing.routed_scaling_factor));
-  FMOE_REQUIRE(std::isfinite(routing.softcap) && routing.softcap >= 0,
-               "%s: logit softcap must be >= 0 (0 = off), got %g", n, double(routing.softcap));
+  FMOE_REQUIRE(top_k <= L::kMaxTopK, "%s: top-k=%d is above the supported maximum of %d", n,
+               top_k, L::kMaxTopK);
+  FMOE_REQUIRE(num_shared_experts >= 0 && num_shared_experts <= L::kMaxSharedExperts,
+               "%s: shared expert count %d is out of range: expected [0, %d]", n,
+               num_shared_experts, L::kMaxSharedExperts);
+  if (num_shared_experts > 0) {
+    check_size("shared intermediate size", shared_intermediate, L::kSizeStep,
+               L::kMaxIntermediate);
+  } else {
+    FMOE_REQUIRE(shared_intermediate == 0 && !shared_expert_gate,
+                 "%s: shared intermediate size %d or a shared-expert gate given without shared "
+                 "experts", n, shared_intermediate);
+  }
+  const float scale = routing.routed_scaling_factor, cap = routing.softcap;
+  FMOE_REQUIRE(scale >= L::kMinRoutedScale && scale <= L::kMaxRoutedScale,
+               "%s: routed scaling factor %s is out of range: expected [%s, %s]", n,
+               json::format_number(scale).c_str(), json::format_number(L::kMinRoutedScale).c_str(),
+               json::format_number(L::kMaxRoutedScale).c_str());
+  FMOE_REQUIRE(cap >= 0 && cap <= L::kMaxSoftcap,
+               "%s: logit softcap %s is out of range: expected 0 (off) or up to %s", n,
+               json::format_number(cap).c_str(), json::format_number(L::kMaxSoftcap).c_str());
   switch (routing.fn) {
     case RoutingFn::softmax_topk:
       break;
     case RoutingFn::sigmoid_grouped_topk: {
       const int g = routing.num_groups, tg = routing.topk_groups;
-      FMOE_REQUIRE(g >= 1 && num_experts % g == 0,
+      FMOE_REQUIRE(g >= 1 && g <= num_experts && num_experts % g == 0,
                    "%s: %d expert groups must divide the %d experts", n, g, num_experts);
       FMOE_REQUIRE(tg >= 1 && tg <= g, "%s: topk_groups=%d must be in [1, num_groups=%d]", n, tg,
                    g);
-      FMOE_REQUIRE(top_k <= tg * (num_experts / g),
-                   "%s: top-k=%d exceeds the %d experts in the %d kept groups", n, top_k,
-                   tg * (num_experts / g), tg);
+      const int64_t kept = int64_t(tg) * (num_experts / g);  // 64 bits: both factors are ints
+      FMOE_REQUIRE(top_k <= kept, "%s: top-k=%d exceeds the %lld experts in the %d kept groups",
+                   n, top_k, (long long)kept, tg);
       break;
     }
     case RoutingFn::sigmoid_top1_on_input:
@@ -88,10 +108,19 @@ void MoeConfig::validate() const {
   }
   FMOE_REQUIRE(routing.fn == RoutingFn::softmax_topk || routing.softcap == 0,
                "%s: logit softcap is only defined for softmax_topk routing", n);
-  if (activation.fn == ActivationFn::swiglu_clamped)
-    FMOE_REQUIRE(activation.limit > 0 && activation.alpha > 0,
-                 "%s: clamped SwiGLU needs limit > 0 and alpha > 0, got %g and %g", n,
-                 double(activation.limit), double(activation.alpha));
+  if (activation.fn == ActivationFn::swiglu_clamped) {
+    const float limit = activation.limit, alpha = activation.alpha;
+    FMOE_REQUIRE(limit >= L::kMinSwigluLimit && limit <= L::kMaxSwigluLimit,
+                 "%s: clamped SwiGLU limit %s is out of range: expected [%s, %s]", n,
+                 json::format_number(limit).c_str(),
+                 json::format_number(L::kMinSwigluLimit).c_str(),
+                 json::format_number(L::kMaxSwigluLimit).c_str());
+    FMOE_REQUIRE(alpha >= L::kMinSwigluAlpha && alpha <= L::kMaxSwigluAlpha,
+                 "%s: clamped SwiGLU alpha %s is out of range: expected [%s, %s]", n,
+                 json::format_number(alpha).c_str(),
+                 json::format_number(L::kMinSwigluAlpha).c_str(),
+                 json::format_number(L::kMaxSwigluAlpha).c_str());
+  }
   const Precision w = weight_precision, a = activation_precision;
   const bool ok = (w == Precision::bf16 && a == Precision::bf16) ||
                   (w == Precision::fp8_block && a == Precision::fp8_block) ||
@@ -99,12 +128,6 @@ void MoeConfig::validate() const {
   FMOE_REQUIRE(ok,
                "%s: weight/activation precision %s/%s is not supported (bf16/bf16, fp8/fp8, "
                "nvfp4/bf16, nvfp4/nvfp4)", n, precision_name(w), precision_name(a));
-  if (w == Precision::nvfp4 || a == Precision::nvfp4) {
-    FMOE_REQUIRE(hidden % 16 == 0 && intermediate % 16 == 0 &&
-                     (num_shared_experts == 0 || shared_intermediate % 16 == 0),
-                 "%s: nvfp4 needs hidden (%d) and intermediate sizes (%d, shared %d) that are "
-                 "multiples of 16", n, hidden, intermediate, shared_intermediate);
-  }
 }
 
 std::string MoeConfig::summary() const {
@@ -126,7 +149,7 @@ std::string MoeConfig::summary() const {
                            ? strf(" shared=%dx%d%s", num_shared_experts, shared_intermediate,
                                   shared_expert_gate ? "(gated)" : "")
                            : std::string();
-  return strf("%s: H=%d I=%d E=%d top-%d%s %s %s%s %s/%s", name.c_str(), hidden, intermediate,
+  return strf("%s: H=%d I=%d E=%d top-%d%s %s %s%s %s/%s", json::printable(name, 80).c_str(), hidden, intermediate,
               num_experts, top_k, shared.c_str(), r.c_str(), activation_fn_name(activation.fn),
               expert_bias ? "+bias" : "", precision_name(weight_precision),
               precision_name(activation_precision));
@@ -212,7 +235,8 @@ const MoeConfig& find_preset(const std::string& name) {
     if (c.name == name) return c;
     names += (names.empty() ? "" : ", ") + c.name;
   }
-  FMOE_REQUIRE(false, "unknown preset \"%s\"; the presets are: %s", name.c_str(), names.c_str());
+  FMOE_REQUIRE(false, "unknown preset %s; the presets are: %s",
+               detail::quote_user_text(name).c_str(), names.c_str());
 }
 
 }  // namespace fusedmoe
