@@ -5,6 +5,7 @@
 # tiles per expert) under all four compute-sanitizer tools. Prints one summary line per step and
 # exits nonzero if any step failed.
 #   scripts/gpu_check.sh [--no-build] [--tools "memcheck racecheck"]
+# FMOE_NO_SETUP=1 builds with CMake directly instead of scripts/setup.sh (no apt there).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,7 +26,17 @@ status=0
 note() { summary+=("$1"); echo "[gpu_check] $1"; }
 
 if [ "$BUILD" = 1 ]; then
-  if ! ./scripts/setup.sh >"$BUILD_DIR.setup.log" 2>&1; then
+  # The GPU machines have no package registry: there the build goes straight to CMake (what
+  # setup.sh would install must already be present, e.g. copied in by the caller).
+  build() {
+    if [ "${FMOE_NO_SETUP:-0}" = 1 ]; then
+      cmake -G Ninja -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release ${FMOE_CMAKE_ARGS:-} &&
+        cmake --build "$BUILD_DIR" -j "$(nproc)"
+    else
+      ./scripts/setup.sh
+    fi
+  }
+  if ! build >"$BUILD_DIR.setup.log" 2>&1; then
     tail -40 "$BUILD_DIR.setup.log"
     echo "[gpu_check] build: FAILED (log: $BUILD_DIR.setup.log)"
     exit 1

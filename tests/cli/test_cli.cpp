@@ -265,7 +265,7 @@ TEST(Cli, BenchUsageErrorsComeBeforeTheGpu) {
   expect_usage_error("bench --op", "fusedmoe bench: --op needs a value");
   expect_usage_error("bench --op --tokens 4", "fusedmoe bench: --op needs a value");
   expect_usage_error("bench --op nope",
-                     "unknown benchmark op \"nope\"; the ops are: gemv, moe_fp8, moe_fp8_all");
+                     "unknown benchmark op \"nope\"; the ops are: gemv, layer, layer_all, moe_fp8, moe_fp8_all");
   expect_usage_error("bench ceilings --op moe_fp8", "'bench ceilings' takes no --op",
                      "usage: fusedmoe bench ceilings");
   expect_usage_error("bench --op moe_fp8 --mode x",
@@ -395,15 +395,16 @@ TEST(Cli, HostMemoryIsCheckedUpFront) {
   EXPECT_TRUE(has(r.out, "even 0 tokens do not fit")) << r.out;
   EXPECT_FALSE(has(r.out, "bad_alloc")) << r.out;
 
-  // 29203 x 3737984: 327 GB of fp8 weights and 873 GB of staging, on any machine.
+  // 65536 x 262144 (the largest sizes the config import accepts; the issue's 29203 x 3737984 is
+  // now refused as out of range): 52 GB of fp8 weights and 137 GB of staging, on any machine.
   const std::string huge = write_file("huge_shared.json",
-      R"({"model_type": "qwen2_moe", "hidden_size": 29203, "moe_intermediate_size": 64,
-          "num_experts": 4, "num_experts_per_tok": 2, "shared_expert_intermediate_size": 3737984,
+      R"({"model_type": "qwen2_moe", "hidden_size": 65536, "moe_intermediate_size": 64,
+          "num_experts": 4, "num_experts_per_tok": 2, "shared_expert_intermediate_size": 262144,
           "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}})");
   r = run_cli("run --backend cpu --tokens 1 --config " + huge);
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_EQ(count_lines(r.out), 1) << r.out;
-  EXPECT_TRUE(has(r.out, "weights 327.58 GB, float staging 873.28 GB")) << r.out;
+  EXPECT_TRUE(has(r.out, "weights 51.60 GB, float staging 137.44 GB")) << r.out;
 
   // --projection: the routed GEMM's double results dominate at many tokens.
   r = run_cli("run --projection --backend cpu --tokens 1048576 --preset qwen3-30b-a3b",
@@ -415,15 +416,16 @@ TEST(Cli, HostMemoryIsCheckedUpFront) {
 }
 
 TEST(Cli, OutOfHostMemoryIsOneLineNotBadAlloc) {
-  // The last resort: an allocation no check foresaw (here a 96 MB config.json read under an
-  // address-space limit 64 MB above what the program needs to start) fails.
+  // The last resort: an allocation no check foresaw (here parsing a config.json just under the
+  // 4 MiB cap, which holds the text and its JSON tree, under an address-space limit 6 MB above
+  // what the program needs to start) fails.
   ASSERT_GT(startup_kb(), 0) << "fusedmoe --version does not run under an 8 GB address space";
   const std::string path = testing::TempDir() + "big_config.json";
   {
     std::ofstream f(path);
-    f << "{\"model_type\": \"" << std::string(96 << 20, 'x') << "\"}";
+    f << "{\"model_type\": \"" << std::string((4 << 20) - 64, 'x') << "\"}";
   }
-  const Result r = run_cli("run --backend cpu --config " + path, ulimit_v(64 << 10));
+  const Result r = run_cli("run --backend cpu --config " + path, ulimit_v(6 << 10));
   std::remove(path.c_str());
   EXPECT_EQ(r.code, 1) << r.out.substr(0, 2000);
   EXPECT_EQ(r.out, "fusedmoe run: out of host memory while reading the config file; use fewer "
