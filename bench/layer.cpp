@@ -60,14 +60,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-double expert_bytes(const MoeConfig& c, int inter) {  // w13 + w2 (+ fp8 scales) of one MLP
-  const double params = 3.0 * c.hidden * double(inter);
-  if (c.weight_precision == Precision::bf16) return 2 * params;
-  const double blocks = 2.0 * std::ceil(2.0 * inter / 128) * std::ceil(c.hidden / 128.0) / 2 +
-                        std::ceil(c.hidden / 128.0) * std::ceil(inter / 128.0);
-  return params + 4 * blocks;
-}
-
 class LayerBench {
  public:
   LayerBench(const Context& ctx, const MoeConfig& cfg, const Options& opt, int max_t);
@@ -122,11 +114,9 @@ void LayerBench::run_tokens(int T) {
       cli::random_projection_inputs(cli::ProjectionShape::of(c), T, opt_.seed);
   const float* bias = host_.route_bias.empty() ? nullptr : host_.route_bias.data();
   const ref::Routing routing = ref::route(c.routing, in.logits.data(), T, E, k, bias);
-  const cli::ExpertLoad load = cli::expert_load(routing, E);
-  const int S = c.num_shared_experts > 0 ? c.shared_intermediate : 0;
-  const double weight_bytes = load.hit * expert_bytes(c, c.intermediate) + (S ? expert_bytes(c, S) : 0.0);
-  const double io_bytes = double(T) * (2.0 * H + 4.0 * E + 2.0 * H);
-  const double flops = 2.0 * T * 3.0 * H * (double(k) * c.intermediate + S);
+  const cli::LayerCost cost = cli::layer_cost(c, routing, T);
+  const double weight_bytes = cost.weight_bytes, io_bytes = cost.bytes - cost.weight_bytes;
+  const double flops = cost.flops;
 
   // The reference, when it takes seconds.
   const MoeLayer::Impl& L = gpu_.layer->impl();
@@ -150,10 +140,10 @@ void LayerBench::run_tokens(int T) {
   d_y.fill(0xFF);
   FMOE_CUDA(cudaDeviceSynchronize());
   std::printf("# %s T=%d: %d/%d experts hit, %d prepared cop%s rotated (%d wanted for cold L2), "
-              "CPU reference %s\n", c.name.c_str(), T, load.hit, E, copies, copies == 1 ? "y" : "ies",
+              "CPU reference %s\n", c.name.c_str(), T, cost.hit, E, copies, copies == 1 ? "y" : "ies",
               wanted, checked ? strf("%.1f s", ref_s).c_str() : "skipped (too large)");
   std::fflush(stdout);
-  std::string common = strf("%d/%d experts hit", load.hit, E);
+  std::string common = strf("%d/%d experts hit", cost.hit, E);
   if (copies < wanted) common += strf(", L2 partly warm: %d of %d copies fit", copies, wanted);
 
   double fast_us = 0;
@@ -269,8 +259,8 @@ void run_options(const Context& ctx, const Options& opt) {
       cfg.weight_precision = cfg.activation_precision = p;
       size_t free_bytes = 0, total = 0;
       FMOE_CUDA(cudaMemGetInfo(&free_bytes, &total));
-      const double need = 2.2 * (cfg.num_experts * expert_bytes(cfg, cfg.intermediate) +
-                                 (cfg.num_shared_experts ? expert_bytes(cfg, cfg.shared_intermediate) : 0));
+      const double need = 2.2 * (cfg.num_experts * cli::mlp_weight_bytes(cfg, cfg.intermediate) +
+                                 (cfg.num_shared_experts ? cli::mlp_weight_bytes(cfg, cfg.shared_intermediate) : 0));
       if (need > 0.9 * double(free_bytes) || need / 2 > 0.45 * cli::host_memory_bytes()) {
         std::printf("# skip %s %s: checkpoint + prepared weights (%.1f GB) do not fit this card's "
                     "free memory (%.1f GB) or half this machine's\n", name.c_str(),

@@ -156,6 +156,31 @@ inline ref::LayerWeights random_layer_codes(const MoeConfig& cfg, uint64_t seed)
   return lw;
 }
 
+/// The fewest bytes and the FLOPs of one layer forward on `routing`: the weights (+ fp8 scales)
+/// of the routed experts it hits and of the shared MLP, x, logits and y; 2 T 3 H (k I + S).
+struct LayerCost {
+  double bytes = 0, weight_bytes = 0, flops = 0;
+  int hit = 0;
+};
+inline double mlp_weight_bytes(const MoeConfig& c, int inter) {
+  const double params = 3.0 * c.hidden * double(inter);
+  if (c.weight_precision == Precision::bf16) return 2 * params;
+  const double hb = std::ceil(c.hidden / 128.0);
+  return params + 4 * (std::ceil(2.0 * inter / 128) * hb + hb * std::ceil(inter / 128.0));
+}
+inline LayerCost layer_cost(const MoeConfig& c, const ref::Routing& routing, int T) {
+  LayerCost r;
+  std::vector<char> hit(size_t(c.num_experts), 0);
+  for (int32_t e : routing.ids)
+    if (e >= 0 && e < c.num_experts) hit[size_t(e)] = 1;
+  for (char h : hit) r.hit += h;
+  const int S = c.num_shared_experts > 0 ? c.shared_intermediate : 0;
+  r.weight_bytes = r.hit * mlp_weight_bytes(c, c.intermediate) + (S ? mlp_weight_bytes(c, S) : 0.0);
+  r.bytes = r.weight_bytes + double(T) * (4.0 * c.hidden + 4.0 * c.num_experts);
+  r.flops = 2.0 * T * 3.0 * c.hidden * (double(c.top_k) * c.intermediate + S);
+  return r;
+}
+
 /// GPU output y (bf16 bits) [T, H] against the reference (bf16-valued floats): the relative L2
 /// error over all of y and over each token's row. The two sides round the intermediate from sums
 /// a few fp32 ulps apart, so an fp8 intermediate code can differ by a step (1/16 relative) here
