@@ -42,7 +42,8 @@ bool parse_knob_bool(const char* name, const char* text);
 template <class T>
 class ScopedKnob {
  public:
-  ScopedKnob(T Knobs::*field, T value) : field_(field), old_(knobs().*field) {
+  using Field = T Knobs::*;
+  ScopedKnob(Field field, T value) : field_(field), old_(knobs().*field) {
     knobs().*field = std::move(value);
   }
   ~ScopedKnob() { knobs().*field_ = old_; }
@@ -50,7 +51,7 @@ class ScopedKnob {
   ScopedKnob& operator=(const ScopedKnob&) = delete;
 
  private:
-  T Knobs::*field_;
+  Field field_;
   T old_;
 };
 

@@ -58,7 +58,8 @@ struct GroupedGemmParams {
   const int32_t* sorted_route;  // [E * T]
   const float* topk_weights;    // [T * k]
   const int32_t* topk_ids;      // [T * k] (fused schedule)
-  int32_t* status;              // (fused schedule: dropped ids)
+  int32_t* status;              // fused schedule: dropped routes are counted here (nullptr: not
+                                // counted, e.g. by the second GEMM of a layer, which sees the same ids)
   int T, E, k;                  // k: routes per token (routed + shared)
   int k_routed;                 // routes j < k_routed are routed, the rest shared
   int weight_on_input;          // routed routes have weight 1 in the combine (it is on the input)

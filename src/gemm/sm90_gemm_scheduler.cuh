@@ -122,6 +122,9 @@ struct TileScheduler {
 // the token tiles and the route offsets. The same table the schedule kernel builds from the same
 // ids. All threads of the CTA.
 template <class Cfg>
+__device__ void build_schedule(const GroupedGemmParams& p, typename Cfg::SharedStorage& ss);
+
+template <class Cfg>
 __device__ void load_schedule(const GroupedGemmParams& p, typename Cfg::SharedStorage& ss) {
   if (!(Cfg::kFusedRoutes > 0 && p.fused_schedule)) {
     for (int e = threadIdx.x; e <= p.E; e += Cfg::kThreads) {
@@ -131,6 +134,12 @@ __device__ void load_schedule(const GroupedGemmParams& p, typename Cfg::SharedSt
     }
     return;
   }
+  if constexpr (Cfg::kFusedRoutes > 0) build_schedule<Cfg>(p, ss);
+}
+
+// The fused schedule's table, built from the ids (see load_schedule).
+template <class Cfg>
+__device__ void build_schedule(const GroupedGemmParams& p, typename Cfg::SharedStorage& ss) {
   for (int e = threadIdx.x; e < p.E; e += Cfg::kThreads) ss.counts[e] = 0;
   __syncthreads();
   for (int i = threadIdx.x; i < p.R; i += Cfg::kThreads) {
@@ -138,7 +147,7 @@ __device__ void load_schedule(const GroupedGemmParams& p, typename Cfg::SharedSt
     const int e = dropped ? -1 : p.topk_ids[i];
     ss.ids[i] = e;
     if (!dropped) atomicAdd(&ss.counts[e], 1);
-    else if (blockIdx.x == 0) atomicAdd(p.status + kStatusDropped, 1);
+    else if (blockIdx.x == 0 && p.status) atomicAdd(p.status + kStatusDropped, 1);
   }
   __syncthreads();
   constexpr int kPer = (Cfg::kMaxExperts + Cfg::kThreads - 1) / Cfg::kThreads;

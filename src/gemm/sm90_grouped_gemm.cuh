@@ -80,7 +80,7 @@ struct GemmConfig {
     typename cub::BlockScan<int, kThreads>::TempStorage scan;
     std::conditional_t<kEpi == GemmEpilogue::swiglu, Staging, char> staging;
     uint64_t full[kStages];        // producer -> consumers: TMA bytes (+ 128 cp.async arrivals)
-    uint64_t empty[kStages];       // consumers -> producer: one arrival per consumer warp
+    uint64_t empty[kStages];       // consumers -> producer: one arrival per consumer thread
     uint64_t meta_full[kMetaStages];   // producer -> consumers: 128 arrivals (each releases its writes)
     uint64_t meta_empty[kMetaStages];  // consumers -> producer: 256 arrivals after the epilogue
   };
@@ -175,9 +175,11 @@ __device__ void consume(const GroupedGemmParams& p, typename Cfg::SharedStorage&
       // Activations written by cp.async (generic proxy) are read by wgmma (async proxy).
       cptx::fence_proxy_async(cptx::space_shared);
       mma.stage(ss.stages[stage.idx], acc, wgc, tid);
-      // Every read of this stage (wgmma, scales) is done: hand it back at once.
-      __syncwarp();
-      if (tid % 32 == 0) cptx::mbarrier_arrive(&ss.empty[stage.idx]);
+      // Every read of this stage (wgmma, scales) is done: hand it back at once. Each thread
+      // arrives for its own reads (release): one arrival per warp after __syncwarp orders the
+      // other lanes' reads only through cumulativity, which compute-sanitizer's racecheck does not
+      // follow (it reported the producer's next cp.async into the scale slots as a WAR hazard).
+      cptx::mbarrier_arrive(&ss.empty[stage.idx]);
       stage.advance();
     }
     Epilogue<Cfg>::store(p, m.seg, m, ss, acc, wgc, tid);
@@ -220,7 +222,7 @@ grouped_gemm_kernel(const __grid_constant__ GroupedGemmParams p) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
       cptx::mbarrier_init(&ss.full[s], 1 + (Cfg::kCpAsync ? 128 : 0));
-      cptx::mbarrier_init(&ss.empty[s], 4 * Cfg::kConsumerWGs);
+      cptx::mbarrier_init(&ss.empty[s], 128 * Cfg::kConsumerWGs);
     }
     for (int s = 0; s < Cfg::kMetaStages; ++s) {
       cptx::mbarrier_init(&ss.meta_full[s], 128);

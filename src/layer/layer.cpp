@@ -564,6 +564,7 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   g2.KB = int(cdiv(int64_t(L.I_pad) * eb, 128));
   g2.NB = L.NB2;
   g2.deterministic = det;
+  g2.status = nullptr;  // GEMM 1 counts the dropped routes (both see the same ids)
   g2.out = ws.acc;
   g2.bias = L.b2.get<float>();
 

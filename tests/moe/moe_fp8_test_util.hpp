@@ -108,6 +108,8 @@ inline Inputs make_inputs(const Problem& pb, uint64_t seed) {
   } else {
     in.d_ids.resize(size_t(pb.T) * pb.k * 4 + 4);
     in.d_weights.resize(size_t(pb.T) * pb.k * 4 + 4);
+    in.d_ids.fill(0xFF);  // every id must be written (and initcheck sees the guard word set)
+    in.d_weights.fill(0xFF);
   }
   in.d_y.resize(size_t(pb.T) * pb.N * 2 + 16);
   in.ws_bytes = moe_fp8_projection_workspace_size(pb.T, pb.E, pb.k, pb.N, pb.K, pb.mode);
