@@ -69,6 +69,10 @@ struct GroupedGemmParams {
   int N, K, KB, NB;             // N: real output rows per expert (combine), NB: weight tiles
   // ---- epilogue
   int deterministic;            // combine: one row per route, whole tiles
+  int paired_rows;              // combine: weight rows come as 16-row groups whose rows r < 8 are
+                                // outputs 2r and rows r >= 8 outputs 2(r-8)+1 (the layer's prepared
+                                // down weights), so each thread holds two adjacent outputs and adds
+                                // them with one 8-byte reduction
   float* out;                   // combine: fast [T, N]; deterministic [R, N]
   const float* bias;            // combine: [E, N], added once; swiglu: [E, NB * 128] prepared rows
   uint8_t* h;                   // swiglu: [R, ldh bytes] intermediate rows
@@ -77,8 +81,21 @@ struct GroupedGemmParams {
   int64_t h_scale_ld;
   int act_clamped;              // swiglu: gpt-oss's clamped variant
   float act_alpha, act_limit;
+  // swiglu split K (decode, fast mode): each tile's K in `split` parts (1, 2 or 4) run as separate
+  // work items, so a few hundred tiles still fill every SM. Each part stores its fp32 partial to
+  // split_partials[part][tile] (tile < kSplitMaxTiles, in the table's numbering: no static tiles),
+  // counts in split_counters[tile] (zeroed by route_quant), and the last part to arrive adds the
+  // others and runs the epilogue.
+  int split;
+  float* split_partials;        // [kMaxSplit, kSplitMaxTiles, 256 threads x BLOCK_T / 2]
+  int32_t* split_counters;      // [kSplitMaxTiles]
   int prefetch_units;           // L2 prefetch of the weights expected first (0: off)
 };
+
+/// Split K of the swiglu GEMM: at most this many parts, and only when the tiles fit the buffers.
+constexpr int kMaxSplit = 4;
+constexpr int kSplitMaxTiles = 384;
+constexpr int kSplitBlockT = 16;  // decode only: the partials are sized for this token-tile width
 
 /// Persistent launch, one CTA per SM, chained with PDL.
 void launch_grouped_gemm(GemmConfigId id, const GroupedGemmParams& p, int num_sms,

@@ -23,8 +23,11 @@ struct Epilogue<Cfg, GemmEpilogue::combine> {
                                const typename Cfg::TileMeta& m, typename Cfg::SharedStorage&,
                                const float (&acc)[Cfg::kAccRegs], int wgc, int tid) {
     const int warp = tid / 32, lane = tid % 32;
-    const int n_a = s.wb * Cfg::BLOCK_W + 64 * wgc + 16 * warp + lane / 4;  // rows n_a, n_a + 8
-    const int n_b = n_a + 8;
+    const int group = s.wb * Cfg::BLOCK_W + 64 * wgc + 16 * warp;  // this warp's 16 weight rows
+    // The outputs of this thread's two rows (lane/4 and lane/4 + 8 of the group).
+    const bool paired = p.paired_rows;
+    const int n_a = group + (paired ? 2 * (lane / 4) : lane / 4);
+    const int n_b = paired ? n_a + 1 : n_a + 8;
     float bias_a = 0.0f, bias_b = 0.0f;
     if (p.bias && s.kb0 == 0) {
       const float* b = p.bias + int64_t(s.e) * p.N;
@@ -41,7 +44,11 @@ struct Epilogue<Cfg, GemmEpilogue::combine> {
         const float w = m.col_weight[col];
         const float va = (acc[4 * b + h] + bias_a) * w, vb = (acc[4 * b + 2 + h] + bias_b) * w;
         float* row = p.out + int64_t(p.deterministic ? route : route / p.k) * p.N;
-        if (p.deterministic) {
+        if (paired) {  // N % 16 == 0: the pair is in range or out together
+          if (n_a >= p.N) continue;
+          if (p.deterministic) *reinterpret_cast<float2*>(row + n_a) = make_float2(va, vb);
+          else ptx::red_add_v2(row + n_a, va, vb);
+        } else if (p.deterministic) {
           if (n_a < p.N) row[n_a] = va;
           if (n_b < p.N) row[n_b] = vb;
         } else {
@@ -75,10 +82,52 @@ struct Epilogue<Cfg, GemmEpilogue::swiglu> {
     return g / (1.0f + __expf(-g)) * u;
   }
 
+  // Split K: stores this part's partial sums, and returns whether this part arrived last (then
+  // `acc` holds the tile's whole sums, the other parts' partials added). Ordering: each thread
+  // fences its stores, the consumers' barrier gathers them, one thread counts with an atomic; the
+  // last part's threads read the others' partials from L2 after the count (fence, barrier).
+  __device__ static bool gather_split(const GroupedGemmParams& p, const Segment& s,
+                                      typename Cfg::SharedStorage& ss, float (&acc)[Cfg::kAccRegs],
+                                      int ctid) {
+    static_assert(Cfg::kAccRegs % 4 == 0, "partials move as float4");
+    constexpr int64_t kTileFloats = 256 * Cfg::kAccRegs;
+    auto slot = [&](int part) {
+      return reinterpret_cast<float4*>(p.split_partials + (int64_t(part) * kSplitMaxTiles + s.tile) * kTileFloats +
+                                       int64_t(ctid) * Cfg::kAccRegs);
+    };
+    float4* mine = slot(s.part);
+#pragma unroll
+    for (int i = 0; i < Cfg::kAccRegs / 4; ++i)
+      __stcg(mine + i, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+    __threadfence();
+    sync_consumers();
+    if (ctid == 0) ss.staging.last = atomicAdd(p.split_counters + s.tile, 1) == p.split - 1;
+    sync_consumers();
+    if (!ss.staging.last) return false;
+    __threadfence();
+    for (int part = 0; part < p.split; ++part) {
+      if (part == s.part) continue;
+      const float4* other = slot(part);
+#pragma unroll
+      for (int i = 0; i < Cfg::kAccRegs / 4; ++i) {
+        const float4 v = __ldcg(other + i);
+        acc[4 * i] += v.x;
+        acc[4 * i + 1] += v.y;
+        acc[4 * i + 2] += v.z;
+        acc[4 * i + 3] += v.w;
+      }
+    }
+    return true;
+  }
+
   __device__ static void store(const GroupedGemmParams& p, const Segment& s,
                                const typename Cfg::TileMeta& m, typename Cfg::SharedStorage& ss,
-                               const float (&acc)[Cfg::kAccRegs], int wgc, int tid) {
+                               const float (&acc_in)[Cfg::kAccRegs], int wgc, int tid) {
     auto& sg = ss.staging;
+    float acc[Cfg::kAccRegs];
+#pragma unroll
+    for (int i = 0; i < Cfg::kAccRegs; ++i) acc[i] = acc_in[i];
+    if (p.split > 1 && !gather_split(p, s, ss, acc, wgc * 128 + tid)) return;
     const int warp = tid / 32, lane = tid % 32;
     const int ctid = wgc * 128 + tid;                   // 0..255 over both consumer warpgroups
     const int group = 4 * wgc + warp;                   // 8-row gate/up group of the tile

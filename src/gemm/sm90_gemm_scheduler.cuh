@@ -28,6 +28,8 @@ struct Segment {
   int e;       // expert; < 0: no more work (the consumers' stop signal)
   int wb, tb;  // weight tile, token tile
   int kb0, kb1;
+  int tile;    // the tile's index in the walk (split K: its partials' slot)
+  int part;    // split K: which of the tile's p.split parts this is
   int slot0;   // first slot of the tile in sorted_route (e * T + tb * BLOCK_T)
   int nrows;   // real columns of the tile (<= BLOCK_T)
   int row0;    // compact row of the first column: route_offsets[e] + tb * BLOCK_T
@@ -44,7 +46,7 @@ struct TileScheduler {
   // needs whole tiles). Fast combine: all but the last full wave and the partial wave, so at any
   // moment the CTAs work on neighbouring tiles (few experts, their weights and rows in L2).
   __device__ static int64_t whole_tiles(const GroupedGemmParams& p, int64_t tiles, int ctas) {
-    if (Cfg::kEpi == GemmEpilogue::swiglu || p.deterministic) return tiles;
+    if (Cfg::kEpi == GemmEpilogue::swiglu || p.deterministic) return tiles;  // (swiglu: items)
     const int64_t waves = tiles / ctas;
     return waves >= 2 ? (waves - 1) * ctas : 0;
   }
@@ -56,7 +58,8 @@ struct TileScheduler {
   __device__ TileScheduler(const GroupedGemmParams& params, const typename Cfg::SharedStorage& s,
                            int cta, int ctas)
       : p(params), ss(s) {
-    const int64_t tiles = static_tiles(p) + int64_t(p.NB) * ss.tile_offsets[p.E];
+    // Swiglu split K: work items are (tile, part); everything else walks tiles.
+    const int64_t tiles = (static_tiles(p) + int64_t(p.NB) * ss.tile_offsets[p.E]) * split();
     rr_end = whole_tiles(p, tiles, ctas);
     tile_rr = cta;
     stride = ctas;
@@ -64,6 +67,8 @@ struct TileScheduler {
     unit = rr_end * p.KB + tail_units * cta / ctas;
     unit_end = rr_end * p.KB + tail_units * (cta + 1) / ctas;
   }
+
+  __device__ int split() const { return Cfg::kEpi == GemmEpilogue::swiglu ? p.split : 1; }
 
   // Routes of expert e the GEMM may use (the schedule kernel dropped those past T slots).
   __device__ int count_of(int e) const {
@@ -79,11 +84,14 @@ struct TileScheduler {
   __device__ bool next_any(Segment& s) {
     int64_t tile;
     if (tile_rr < rr_end) {
-      tile = tile_rr;
+      const int parts = split();
+      tile = tile_rr / parts;
+      s.part = int(tile_rr % parts);
       tile_rr += stride;
-      s.kb0 = 0;
-      s.kb1 = p.KB;
+      s.kb0 = p.KB * s.part / parts;
+      s.kb1 = p.KB * (s.part + 1) / parts;
     } else {
+      s.part = 0;
       if (unit >= unit_end) return false;
       tile = unit / p.KB;
       s.kb0 = int(unit % p.KB);
@@ -91,6 +99,7 @@ struct TileScheduler {
       s.kb1 = left < p.KB - s.kb0 ? s.kb0 + int(left) : p.KB;
       unit += s.kb1 - s.kb0;
     }
+    s.tile = int(tile);
     if (tile < static_tiles(p)) {
       s.e = int(tile / p.NB);
       s.wb = int(tile % p.NB);

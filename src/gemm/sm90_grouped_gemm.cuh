@@ -68,6 +68,7 @@ struct GemmConfig {
     alignas(16) uint8_t tile[BLOCK_T][64 * kElemBytes];
     float amax[8][BLOCK_T];
     float scale[BLOCK_T], inv[BLOCK_T];
+    int last;  // split K: this part arrived last
   };
   struct SharedStorage {
     Stage stages[kStages];

@@ -225,22 +225,27 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeLayerWeights& w, Stream stream
       }
     gather(L.w13, int64_t(E) * rows1, row1_bytes, w.shared_w13.data, offs, bytes);
   }
-  // ---- GEMM 2 weights: [E_total, H, I_pad], zero columns past I (or past S for the last chunk) --
+  // ---- GEMM 2 weights: [E_total, H, I_pad], zero columns past I (or past S for the last chunk),
+  // rows paired: in each 16, rows r < 8 are outputs 2r and rows r >= 8 outputs 2(r-8)+1, so the
+  // combine adds two adjacent outputs per reduction (paired_rows; scales stay per 128 rows) ----
   const int64_t row2_bytes = int64_t(L.I_pad) * eb;
+  auto paired_output = [](int r) { return r / 16 * 16 + (r % 16 < 8 ? 2 * (r % 16) : 2 * (r % 16 - 8) + 1); };
   {
     std::vector<int64_t> offs(size_t(E) * H);
     std::vector<int32_t> bytes(offs.size(), int32_t(int64_t(I) * eb));
-    for (int64_t r = 0; r < int64_t(E) * H; ++r) offs[size_t(r)] = r * I * eb;
+    for (int e = 0; e < E; ++e)
+      for (int r = 0; r < H; ++r)
+        offs[size_t(e) * H + r] = (int64_t(e) * H + paired_output(r)) * I * eb;
     gather(L.w2, 0, row2_bytes, w.w2.data, offs, bytes);
   }
   if (L.C > 0) {
     std::vector<int64_t> offs(size_t(L.C) * H);
     std::vector<int32_t> bytes(offs.size());
     for (int c = 0; c < L.C; ++c)
-      for (int n = 0; n < H; ++n) {
+      for (int r = 0; r < H; ++r) {
         const int64_t col0 = int64_t(c) * L.I_pad, cols = std::min<int64_t>(L.I_pad, S - col0);
-        offs[size_t(c) * H + n] = (int64_t(n) * S + col0) * eb;
-        bytes[size_t(c) * H + n] = int32_t(std::max<int64_t>(cols, 0) * eb);
+        offs[size_t(c) * H + r] = (int64_t(paired_output(r)) * S + col0) * eb;
+        bytes[size_t(c) * H + r] = int32_t(std::max<int64_t>(cols, 0) * eb);
       }
     gather(L.w2, int64_t(E) * H, row2_bytes, w.shared_w2.data, offs, bytes);
   }
@@ -330,6 +335,14 @@ size_t MoeLayer::prepared_bytes() const {
 // ================================================================================================
 namespace detail {
 
+namespace {
+// GEMM 1 can split K at decode when even T=1's tiles fit the partial buffers: the smallest
+// T decides whether the workspace carries them (the plan checks the call's T again).
+bool split_possible(const MoeLayer::Impl& L) {
+  return int64_t(L.NT1) * (std::min(L.E_total, L.k_total) + 2) <= kSplitMaxTiles;
+}
+}  // namespace
+
 // Status words first: their place does not depend on T, so dropped_routes finds them.
 size_t layer_workspace_layout(const MoeLayer::Impl& L, int T, ReductionMode mode, void* base,
                               LayerWorkspace* ws) {
@@ -363,6 +376,9 @@ size_t layer_workspace_layout(const MoeLayer::Impl& L, int T, ReductionMode mode
   take(w.h, R * L.I_pad, eb);
   take(w.h_scale, L.fp8 ? R * (L.I_pad / 64) : 0);
   take(w.acc, (mode == ReductionMode::fast ? int64_t(T) : R) * L.H);
+  const bool split = mode == ReductionMode::fast && T > 0 && split_possible(L);
+  take(w.split_partials, split ? int64_t(kMaxSplit) * kSplitMaxTiles * 256 * (kSplitBlockT / 2) : 0);
+  take(w.split_counters, split ? kSplitMaxTiles : 0);
   return off;
 }
 
@@ -466,10 +482,21 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   plan.fused_schedule = knobs().fused_schedule && bt <= 64 && R <= kFusedScheduleRoutes;
   const double hit = 1.0 - std::pow(1.0 - double(k) / E, double(T));  // P(a routed expert is hit)
   const bool static_tiles = hit > 0.9 && double(T) * k / E <= bt / 2.0;
+  // GEMM 1 (whole tiles: its epilogue needs the full sum) at decode has few tiles: deepseek-v3 at
+  // T=1 has 9 experts x 32 = 288, 2.2 waves on 132 SMs, so a third of the SMs idle through the
+  // last wave (measured on H100: gate_up 107 us for 264 MB, 2.5 TB/s). Split K in S parts so that
+  // S x the expected tiles cover >= 4 waves, when the tiles surely fit the partial buffers.
+  if (!det && bt == kSplitBlockT && !static_tiles && split_possible(L) &&
+      int64_t(L.NT1) * (std::min<int64_t>(L.E_total, R) + R / bt + 1) <= kSplitMaxTiles) {
+    const double tiles = L.NT1 * (E * hit + L.C);
+    const int kb1 = int(cdiv(int64_t(H) * eb, 128));
+    while (plan.split < kMaxSplit && plan.split * tiles < 4.0 * ds.sms && kb1 / (2 * plan.split) >= 2)
+      plan.split *= 2;
+  }
   if (knobs().print_config)
-    std::fprintf(stderr, "[fusedmoe] %s T=%d E=%d+%d k=%d+%d H=%d I=%d %s %s: %s + %s%s (%s)\n",
+    std::fprintf(stderr, "[fusedmoe] %s T=%d E=%d+%d k=%d+%d H=%d I=%d %s %s: %s (split K %d) + %s%s (%s)\n",
                  kOp, T, E, L.C, k, L.C, H, L.I, precision_name(cfg.weight_precision),
-                 reduction_mode_name(a.mode), gemm_config_info(plan.up_config).name,
+                 reduction_mode_name(a.mode), gemm_config_info(plan.up_config).name, plan.split,
                  gemm_config_info(plan.down_config).name,
                  plan.fused_schedule ? ", fused schedule" : "", plan.config_reason.c_str());
 
@@ -500,6 +527,8 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   rq.E_total = L.E_total;
   rq.counts = ws.counts;
   rq.status = ws.status;
+  rq.zero_ints = plan.split > 1 ? ws.split_counters : nullptr;
+  rq.num_zero_ints = plan.split > 1 ? kSplitMaxTiles : 0;
 
   // ---- stage 2: schedule ----
   ScheduleParams& sp = plan.schedule;
@@ -545,6 +574,9 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   g1.act_clamped = cfg.activation.fn == ActivationFn::swiglu_clamped;
   g1.act_alpha = cfg.activation.alpha;
   g1.act_limit = cfg.activation.limit;
+  g1.split = plan.split;
+  g1.split_partials = ws.split_partials;
+  g1.split_counters = ws.split_counters;
 
   // ---- GEMM 2: down, compact rows of h by TMA, combine epilogue -> acc ----
   GroupedGemmParams& g2 = plan.down;
@@ -564,6 +596,7 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   g2.KB = int(cdiv(int64_t(L.I_pad) * eb, 128));
   g2.NB = L.NB2;
   g2.deterministic = det;
+  g2.paired_rows = 1;
   g2.status = nullptr;  // GEMM 1 counts the dropped routes (both see the same ids)
   g2.out = ws.acc;
   g2.bias = L.b2.get<float>();

@@ -40,7 +40,7 @@ struct MoeLayer::Impl {
   // Prepared weights (device):
   DeviceBuffer w13;          // [E_total, NT1 * 128, H]: per 16 rows, 8 gate rows then their 8 up rows
   DeviceBuffer w13_scale;    // fp8: [E_total, NT1, ceil(H/128), 16] one scale per 8-row group
-  DeviceBuffer w2;           // [E_total, H, I_pad]
+  DeviceBuffer w2;           // [E_total, H, I_pad], rows paired (GroupedGemmParams::paired_rows)
   DeviceBuffer w2_scale;     // fp8: [E_total, NB2, ceil(I_pad/128)]
   DeviceBuffer b13;          // f32 [E_total, NT1 * 128] in w13's prepared row order, or empty
   DeviceBuffer b2;           // f32 [E_total, H], or empty
@@ -65,6 +65,8 @@ struct LayerWorkspace {
   uint8_t* h = nullptr;              // the intermediate: [T * k_total, I_pad] fp8 or bf16
   float* h_scale = nullptr;          // fp8: [T * k_total, I_pad / 64]
   float* acc = nullptr;              // fast: [T, H]; deterministic: [T * k_total, H]
+  float* split_partials = nullptr;   // GEMM 1 split K (decode): [kMaxSplit, kSplitMaxTiles, 2048]
+  int32_t* split_counters = nullptr; // [kSplitMaxTiles]
 };
 
 /// Lays the workspace out from `base` (nullptr: sizes only). Returns the bytes needed.
@@ -75,6 +77,7 @@ struct LayerPlan {
   int T = 0;  // 0: nothing to launch
   bool fused_schedule = false;
   GemmConfigId up_config = GemmConfigId::count, down_config = GemmConfigId::count;
+  int split = 1;  // GEMM 1's split K
   std::string config_reason;
   int num_sms = 0;
   LayerWorkspace ws;

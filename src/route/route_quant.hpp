@@ -48,6 +48,8 @@ struct RouteQuantParams {
   int N;
   int E_total;                 // experts the counts cover (E + shared chunks)
   int32_t* counts;             // [E_total] zeroed here
+  int32_t* zero_ints;          // [num_zero_ints] also zeroed here (the GEMM's split-K counters)
+  int num_zero_ints;
   int32_t* status;             // [kStatusWords] zeroed here
 };
 

@@ -150,6 +150,7 @@ route_quant_kernel(const __grid_constant__ RouteQuantParams p) {
   const bool valid = t < p.T;
   if (blockIdx.x == 0) {
     for (int e = threadIdx.x; e < p.E_total; e += blockDim.x) p.counts[e] = 0;
+    for (int i = threadIdx.x; i < p.num_zero_ints; i += blockDim.x) p.zero_ints[i] = 0;
     if (threadIdx.x < kStatusWords) p.status[threadIdx.x] = 0;
   }
   if (valid && p.zero_rows) {  // N % 16 == 0

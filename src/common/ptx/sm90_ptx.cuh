@@ -64,6 +64,13 @@ __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
 
+// ---- vector reduction to global memory ----------------------------------------------------------
+/// addr[0] += a, addr[1] += b as one 8-byte reduction (addr 8-byte aligned): half the atomic
+/// operations of two scalar ones.
+__device__ __forceinline__ void red_add_v2(float* addr, float a, float b) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(addr), "f"(a), "f"(b) : "memory");
+}
+
 // ---- math ---------------------------------------------------------------------------------------
 /// max(|a|, |b|) that propagates NaN (fmaxf would drop it): a NaN in a quantization block must
 /// poison the block's scale, as the host quantizer does.
