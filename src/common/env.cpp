@@ -18,6 +18,7 @@ const KnobInfo kKnobTable[] = {
     {"FMOE_NO_PDL", "0 or 1", "turn programmatic dependent launch off (debugging, A/B timing)"},
     {"FMOE_FUSED_SCHEDULE", "0 or 1", "0: keep the schedule kernel at decode sizes (default 1)"},
     {"FMOE_PREFETCH_UNITS", "an integer in [0, 1024]", "L2 weight prefetch before the routing ends (measured useless, default 0)"},
+    {"FMOE_SPLIT_K", "0 or 1", "0: the layer's gate/up GEMM never splits K at decode (A/B timing; default 1)"},
 };
 const int kNumKnobs = int(sizeof(kKnobTable) / sizeof(kKnobTable[0]));
 
@@ -67,6 +68,7 @@ Knobs read_knobs() {
     k.fused_schedule = parse_knob_bool("FMOE_FUSED_SCHEDULE", v);
   if (const char* v = env("FMOE_PREFETCH_UNITS"))
     k.prefetch_units = parse_knob_int("FMOE_PREFETCH_UNITS", v, 0, 1024);
+  if (const char* v = env("FMOE_SPLIT_K")) k.split_k = parse_knob_bool("FMOE_SPLIT_K", v);
   return k;
 }
 

@@ -81,11 +81,11 @@ struct GroupedGemmParams {
   int64_t h_scale_ld;
   int act_clamped;              // swiglu: gpt-oss's clamped variant
   float act_alpha, act_limit;
-  // swiglu split K (decode, fast mode): each tile's K in `split` parts (1, 2 or 4) run as separate
+  // swiglu split K (decode): each tile's K in `split` parts (1, 2 or 4) run as separate
   // work items, so a few hundred tiles still fill every SM. Each part stores its fp32 partial to
   // split_partials[part][tile] (tile < kSplitMaxTiles, in the table's numbering: no static tiles),
-  // counts in split_counters[tile] (zeroed by route_quant), and the last part to arrive adds the
-  // others and runs the epilogue.
+  // counts in split_counters[tile] (zeroed by route_quant), and the last part to arrive sums the
+  // parts in part order (deterministic) and runs the epilogue.
   int split;
   float* split_partials;        // [kMaxSplit, kSplitMaxTiles, 256 threads x BLOCK_T / 2]
   int32_t* split_counters;      // [kSplitMaxTiles]

@@ -6,6 +6,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include <cuda/atomic>
+
 #include "common/ptx/sm90_ptx.cuh"
 #include "gemm/sm90_gemm_scheduler.cuh"
 
@@ -82,10 +84,12 @@ struct Epilogue<Cfg, GemmEpilogue::swiglu> {
     return g / (1.0f + __expf(-g)) * u;
   }
 
-  // Split K: stores this part's partial sums, and returns whether this part arrived last (then
-  // `acc` holds the tile's whole sums, the other parts' partials added). Ordering: each thread
-  // fences its stores, the consumers' barrier gathers them, one thread counts with an atomic; the
-  // last part's threads read the others' partials from L2 after the count (fence, barrier).
+  // Split K: stores this part's partial sums, and returns whether this part arrived last; then
+  // `acc` holds the tile's whole sums, the parts added in part order (whichever arrived last), so
+  // the result does not depend on timing. Ordering: the consumers' barrier gathers every
+  // thread's stores, one thread counts with an acq_rel atomic at GPU scope (cumulative over what
+  // the barrier ordered before it); the last part's threads read the others' partials from L2
+  // after that thread's acquire and a second barrier.
   __device__ static bool gather_split(const GroupedGemmParams& p, const Segment& s,
                                       typename Cfg::SharedStorage& ss, float (&acc)[Cfg::kAccRegs],
                                       int ctid) {
@@ -99,18 +103,26 @@ struct Epilogue<Cfg, GemmEpilogue::swiglu> {
 #pragma unroll
     for (int i = 0; i < Cfg::kAccRegs / 4; ++i)
       __stcg(mine + i, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
-    __threadfence();
     sync_consumers();
-    if (ctid == 0) ss.staging.last = atomicAdd(p.split_counters + s.tile, 1) == p.split - 1;
+    if (ctid == 0) {
+      cuda::atomic_ref<int32_t, cuda::thread_scope_device> count(p.split_counters[s.tile]);
+      ss.staging.last = count.fetch_add(1, cuda::std::memory_order_acq_rel) == p.split - 1;
+    }
     sync_consumers();
     if (!ss.staging.last) return false;
-    __threadfence();
+    float mine_acc[Cfg::kAccRegs];
+#pragma unroll
+    for (int i = 0; i < Cfg::kAccRegs; ++i) {
+      mine_acc[i] = acc[i];
+      acc[i] = 0.0f;
+    }
     for (int part = 0; part < p.split; ++part) {
-      if (part == s.part) continue;
-      const float4* other = slot(part);
+      const float4* src = slot(part);
 #pragma unroll
       for (int i = 0; i < Cfg::kAccRegs / 4; ++i) {
-        const float4 v = __ldcg(other + i);
+        const float4 v = part == s.part ? make_float4(mine_acc[4 * i], mine_acc[4 * i + 1],
+                                                      mine_acc[4 * i + 2], mine_acc[4 * i + 3])
+                                        : __ldcg(src + i);
         acc[4 * i] += v.x;
         acc[4 * i + 1] += v.y;
         acc[4 * i + 2] += v.z;

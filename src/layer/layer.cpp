@@ -376,7 +376,7 @@ size_t layer_workspace_layout(const MoeLayer::Impl& L, int T, ReductionMode mode
   take(w.h, R * L.I_pad, eb);
   take(w.h_scale, L.fp8 ? R * (L.I_pad / 64) : 0);
   take(w.acc, (mode == ReductionMode::fast ? int64_t(T) : R) * L.H);
-  const bool split = mode == ReductionMode::fast && T > 0 && split_possible(L);
+  const bool split = T > 0 && split_possible(L);
   take(w.split_partials, split ? int64_t(kMaxSplit) * kSplitMaxTiles * 256 * (kSplitBlockT / 2) : 0);
   take(w.split_counters, split ? kSplitMaxTiles : 0);
   return off;
@@ -485,8 +485,9 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   // GEMM 1 (whole tiles: its epilogue needs the full sum) at decode has few tiles: deepseek-v3 at
   // T=1 has 9 experts x 32 = 288, 2.2 waves on 132 SMs, so a third of the SMs idle through the
   // last wave (measured on H100: gate_up 107 us for 264 MB, 2.5 TB/s). Split K in S parts so that
-  // S x the expected tiles cover >= 4 waves, when the tiles surely fit the partial buffers.
-  if (!det && bt == kSplitBlockT && !static_tiles && split_possible(L) &&
+  // S x the expected tiles cover >= 4 waves, when the tiles surely fit the partial buffers. The
+  // parts are summed in a fixed order, so deterministic mode may split too.
+  if (knobs().split_k && bt == kSplitBlockT && !static_tiles && split_possible(L) &&
       int64_t(L.NT1) * (std::min<int64_t>(L.E_total, R) + R / bt + 1) <= kSplitMaxTiles) {
     const double tiles = L.NT1 * (E * hit + L.C);
     const int kb1 = int(cdiv(int64_t(H) * eb, 128));
