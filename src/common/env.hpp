@@ -19,7 +19,7 @@ struct Knobs {
   bool no_pdl = false;         ///< FMOE_NO_PDL=1: no programmatic dependent launch
   bool fused_schedule = true;  ///< FMOE_FUSED_SCHEDULE=0: keep the schedule kernel at decode sizes
   int prefetch_units = 0;      ///< FMOE_PREFETCH_UNITS=n: L2 weight prefetch (measured useless)
-  bool split_k = true;         ///< FMOE_SPLIT_K=0: the layer's gate/up GEMM never splits K
+  bool split_k = false;        ///< FMOE_SPLIT_K=1: the layer's gate/up GEMM splits K at decode
 };
 
 /// One row per knob: what `fusedmoe info` and the README list.

@@ -487,6 +487,9 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   // last wave (measured on H100: gate_up 107 us for 264 MB, 2.5 TB/s). Split K in S parts so that
   // S x the expected tiles cover >= 4 waves, when the tiles surely fit the partial buffers. The
   // parts are summed in a fixed order, so deterministic mode may split too.
+  // NOTE: off unless FMOE_SPLIT_K=1. Measured on H100 (docs/performance.md): gate_up alone gains at deepseek-v3 T=1 (108.4 -> 104.0 us) but the
+  // layer loses end to end (176.2 -> 178.4 us; qwen3-30b T=1 32.8 -> 42.2 us with gate_up alone
+  // 16.4 -> 18.0), for a reason not yet found (next: ncu on the end-to-end graph).
   if (knobs().split_k && bt == kSplitBlockT && !static_tiles && split_possible(L) &&
       int64_t(L.NT1) * (std::min<int64_t>(L.E_total, R) + R / bt + 1) <= kSplitMaxTiles) {
     const double tiles = L.NT1 * (E * hit + L.C);

@@ -91,6 +91,7 @@ TEST(LayerGpu, SplitKOfGateUpAtDecode) {
   // Few tiles (T <= 2): GEMM 1 splits K and the last part runs the epilogue; the oracles must
   // still hold, and the plan must really have split.
   FMOE_SKIP_WITHOUT_GPU();
+  detail::ScopedKnob<bool> on(&detail::Knobs::split_k, true);  // off by default (layer.cpp says why)
   for (Precision p : {Precision::fp8_block, Precision::bf16})
     for (const char* name : {"deepseek-v3", "qwen3.5-35b-a3b", "gpt-oss-120b"}) {
       const MoeConfig cfg = scaled(find_preset(name), 2048, 256, 16, p);
@@ -198,7 +199,10 @@ TEST(LayerGpu, SanitizerSmall) {
     const MoeConfig wide = scaled(find_preset("gpt-oss-120b"), 2880, 128, 4, p);
     for (ReductionMode m : kModes) run_case(make_case(wide, 4, m), 1, false);
     const MoeConfig split = scaled(find_preset("deepseek-v3"), 1024, 128, 16, p);  // split K at T=1
-    run_case(make_case(split, 1, ReductionMode::fast), 1, false);
+    {
+      detail::ScopedKnob<bool> on(&detail::Knobs::split_k, true);
+      run_case(make_case(split, 1, ReductionMode::fast), 1, false);
+    }
     detail::ScopedKnob<std::string> force(&detail::Knobs::force_config,
                                           p == Precision::bf16 ? "up_bf16_bt128_s5" : "up_fp8_bt128_s5");
     const MoeConfig qwen = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 8, p);
