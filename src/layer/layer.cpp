@@ -21,6 +21,13 @@
 namespace fusedmoe {
 namespace {
 
+// The tables in the GEMM's and the schedule kernel's shared memory hold every expert a layer can
+// have: the routing's limit plus the shared chunks.
+static_assert(detail::kGemmMaxExperts >= detail::kRouteMaxExperts + detail::kMaxSharedChunks,
+              "the grouped GEMM's expert tables are smaller than the routing's limit + shared chunks");
+static_assert(detail::kScheduleMaxExperts >= detail::kRouteMaxExperts + detail::kMaxSharedChunks,
+              "the schedule kernel's expert tables are smaller than the routing's limit + shared chunks");
+
 constexpr const char* kOp = "MoeLayer";
 constexpr size_t kAlign = 256;
 
