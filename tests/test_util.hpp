@@ -43,9 +43,11 @@ void expect_error(Fn&& fn, const std::string& needle) {
 
 }  // namespace fusedmoe::test
 
-/// GPU tests call this first: SKIPPED with the reason on machines without an sm_90 GPU.
-#define FMOE_SKIP_WITHOUT_GPU()                                                  \
-  do {                                                                           \
-    std::string why_;                                                            \
-    if (!::fusedmoe::gpu_usable(0, &why_)) GTEST_SKIP() << "GPU test skipped: " << why_; \
+/// GPU tests call this first: SKIPPED with the reason on machines without an sm_90 GPU. The
+/// reason shows in the gtest output and in scripts/test.sh's summary after ctest
+/// ("skipped: test_x_gpu: 12 of 12 cases: needs an sm_90 GPU: no NVIDIA driver / no GPU found ...").
+#define FMOE_SKIP_WITHOUT_GPU()                                                          \
+  do {                                                                                   \
+    std::string why_;                                                                    \
+    if (!::fusedmoe::gpu_usable(0, &why_)) GTEST_SKIP() << "needs an sm_90 GPU: " << why_; \
   } while (0)

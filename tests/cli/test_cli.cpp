@@ -420,8 +420,13 @@ TEST(Cli, HostMemoryIsCheckedUpFront) {
 }
 
 TEST(Cli, OutOfHostMemoryIsOneLineNotBadAlloc) {
+#if !defined(FMOE_HAS_CUDA)
+  // startup_kb() resolves the binary's address-space need to 16 MB; the CPU-only binary parses
+  // the 4 MiB config inside that slack, so the allocation never fails there (measured).
+  GTEST_SKIP() << "the out-of-memory trigger is calibrated on the CUDA build's binary";
+#endif
   // The last resort: an allocation no check foresaw (here parsing a config.json just under the
-  // 4 MiB cap, which holds the text and its JSON tree, under an address-space limit 6 MB above
+  // 4 MiB cap, which holds the text and its JSON tree, under an address-space limit 2 MB above
   // what the program needs to start) fails.
   ASSERT_GT(startup_kb(), 0) << "fusedmoe --version does not run under an 8 GB address space";
   const std::string path = testing::TempDir() + "big_config.json";
@@ -429,7 +434,7 @@ TEST(Cli, OutOfHostMemoryIsOneLineNotBadAlloc) {
     std::ofstream f(path);
     f << "{\"model_type\": \"" << std::string((4 << 20) - 64, 'x') << "\"}";
   }
-  const Result r = run_cli("run --backend cpu --config " + path, ulimit_v(6 << 10));
+  const Result r = run_cli("run --backend cpu --config " + path, ulimit_v(2 << 10));
   std::remove(path.c_str());
   EXPECT_EQ(r.code, 1) << r.out.substr(0, 2000);
   EXPECT_EQ(r.out, "fusedmoe run: out of host memory while reading the config file; use fewer "
@@ -449,8 +454,12 @@ TEST(Cli, UserTextIsQuotedEscapedAndTruncated) {
   }
   // ESC ] 0 ; ... BEL would retitle the terminal; a newline would forge a second line.
   const std::string evil = "\"$(printf 'x\\033]0;pwned\\007\\ny')\"";
-  for (const std::string& args : {"run --preset " + evil, "run --" + evil, "run --precision " + evil,
-                                 evil, "run --config " + evil, "bench --op " + evil}) {
+  std::vector<std::string> cases = {"run --preset " + evil, "run --" + evil, "run --precision " + evil,
+                                    evil, "run --config " + evil};
+#if defined(FMOE_HAS_CUDA)
+  cases.push_back("bench --op " + evil);  // bench exists in CUDA builds only
+#endif
+  for (const std::string& args : cases) {
     const Result r = run_cli(args);
     EXPECT_NE(r.code, 0) << args;
     EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << args << "\n" << r.out;
