@@ -1,6 +1,6 @@
 #include "bench/harness.hpp"
 
-#include <cublasLt.h>
+#include "bench/cublaslt.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -42,12 +42,14 @@ double percentile(std::vector<double> v, double p) {
   return v[lo] + (v[hi] - v[lo]) * (pos - double(lo));
 }
 
-// Dense GEMM D[M,N] = A[M,K] B[K,N] through cuBLASLt, 8192^3, random inputs; TFLOP/s.
+// Dense GEMM D[M,N] = A[M,K] B[K,N] through cuBLASLt (loaded on first use: bench/cublaslt.hpp),
+// 8192^3, random inputs; TFLOP/s.
 double cublaslt_gemm_tflops(bool fp8, cudaStream_t stream) {
+  const CublasLt& L = cublaslt();
   const int n = 8192;
   cublasLtHandle_t lt;
-  FMOE_CUBLAS(cublasLtCreate(&lt));
-  std::unique_ptr<cublasLtContext, decltype(&cublasLtDestroy)> guard(lt, cublasLtDestroy);
+  FMOE_CUBLAS(L.create(&lt));
+  std::unique_ptr<cublasLtContext, decltype(L.destroy)> guard(lt, L.destroy);
   const size_t elems = size_t(n) * n;
   const size_t in_bytes = elems * (fp8 ? 1 : 2);
   // Random codes: e4m3 codes with the NaN codes excluded, or bf16 values in [-1, 1).
@@ -67,34 +69,34 @@ double cublaslt_gemm_tflops(bool fp8, cudaStream_t stream) {
   DeviceBuffer D(elems * 2), ws(64 << 20);
   const cudaDataType_t in_t = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
   cublasLtMatmulDesc_t desc;
-  FMOE_CUBLAS(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  FMOE_CUBLAS(L.matmul_desc_create(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;  // FP8 needs the "TN" layout
-  FMOE_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof(opT)));
-  FMOE_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof(opN)));
+  FMOE_CUBLAS(L.matmul_desc_set_attribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof(opT)));
+  FMOE_CUBLAS(L.matmul_desc_set_attribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof(opN)));
   cublasLtMatrixLayout_t la, lb, ld;
-  FMOE_CUBLAS(cublasLtMatrixLayoutCreate(&la, in_t, n, n, n));
-  FMOE_CUBLAS(cublasLtMatrixLayoutCreate(&lb, in_t, n, n, n));
-  FMOE_CUBLAS(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, n, n, n));
+  FMOE_CUBLAS(L.matrix_layout_create(&la, in_t, n, n, n));
+  FMOE_CUBLAS(L.matrix_layout_create(&lb, in_t, n, n, n));
+  FMOE_CUBLAS(L.matrix_layout_create(&ld, CUDA_R_16BF, n, n, n));
   cublasLtMatmulPreference_t pref;
-  FMOE_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+  FMOE_CUBLAS(L.preference_create(&pref));
   const size_t ws_bytes = ws.bytes();
-  FMOE_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+  FMOE_CUBLAS(L.preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                    &ws_bytes, sizeof(ws_bytes)));
   cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
-  FMOE_CUBLAS(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &heur, &found));
+  FMOE_CUBLAS(L.algo_get_heuristic(lt, desc, la, lb, ld, ld, pref, 1, &heur, &found));
   FMOE_REQUIRE(found > 0, "cuBLASLt found no %s GEMM algorithm", fp8 ? "fp8" : "bf16");
   const float alpha = 1.0f, beta = 0.0f;
   auto run = [&](cudaStream_t s, int) {
-    FMOE_CUBLAS(cublasLtMatmul(lt, desc, &alpha, A.get(), la, B.get(), lb, &beta, D.get(), ld,
+    FMOE_CUBLAS(L.matmul(lt, desc, &alpha, A.get(), la, B.get(), lb, &beta, D.get(), ld,
                                D.get(), ld, &heur.algo, ws.get(), ws_bytes, s));
   };
   const Stats st = time_graph(run, stream, 5, 10);
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatrixLayoutDestroy(lb);
-  cublasLtMatrixLayoutDestroy(ld);
-  cublasLtMatmulDescDestroy(desc);
+  L.preference_destroy(pref);
+  L.matrix_layout_destroy(la);
+  L.matrix_layout_destroy(lb);
+  L.matrix_layout_destroy(ld);
+  L.matmul_desc_destroy(desc);
   return 2.0 * n * double(n) * n / (st.median_us * 1e-6) / 1e12;
 }
 

@@ -17,7 +17,12 @@ DeviceReport query_devices() {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
-    r.why_none = strf("no usable CUDA device: %s (%s)", cudaGetErrorName(err), cudaGetErrorString(err));
+    // No driver (or none new enough), no device: say so in words; the CUDA name stays for
+    // whoever needs to look it up.
+    const bool no_driver = err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice;
+    r.why_none = no_driver ? strf("no NVIDIA driver / no GPU found (%s)", cudaGetErrorName(err))
+                           : strf("no usable CUDA device: %s (%s)", cudaGetErrorName(err),
+                                  cudaGetErrorString(err));
     cudaGetLastError();  // clear the sticky-free error so later calls start clean
     return r;
   }

@@ -21,11 +21,17 @@ std::string strf(const char* fmt, ...) {
 }
 
 void raise(const char* file, int line, const std::string& msg) {
-  // The message is for the user: "fusedmoe: <sentence> [file.cpp:123]". The location comes last
-  // so the CLI's one-line reason reads naturally; it points developers at the check.
+  // The message is for the user: "fusedmoe: <sentence>". Debug builds append the location of the
+  // check, " [file.cpp:123]", last so the CLI's one-line reason still reads naturally.
+#if defined(NDEBUG)
+  (void)file;
+  (void)line;
+  throw Error("fusedmoe: " + msg);
+#else
   const char* base = std::strrchr(file, '/');
   base = base ? base + 1 : file;
   throw Error(strf("fusedmoe: %s [%s:%d]", msg.c_str(), base, line));
+#endif
 }
 
 }  // namespace fusedmoe

@@ -595,3 +595,18 @@ TEST(HfConfigFile, RefusesWhatIsNotASmallRegularFile) {
   EXPECT_NE(m.find("cannot open config file \"/nonexistent/\\x1B]0;x\\x07\": No such file"),
             std::string::npos) << m;
 }
+
+TEST(Errors, LocationOnlyInDebugBuilds) {
+  // include/fusedmoe/error.hpp: "file and line are appended in debug builds".
+  try {
+    fusedmoe::find_preset("no-such-preset");
+    FAIL() << "an unknown preset was accepted";
+  } catch (const fusedmoe::Error& e) {
+    const std::string msg = e.what();
+#if defined(NDEBUG)
+    EXPECT_EQ(msg.find(".cpp:"), std::string::npos) << msg;
+#else
+    EXPECT_NE(msg.find(".cpp:"), std::string::npos) << msg;
+#endif
+  }
+}
