@@ -261,4 +261,26 @@ void launch_grouped_gemm_cfg(const GroupedGemmParams& p, int num_sms, cudaStream
   FMOE_CHECK_LAUNCH("grouped_gemm_kernel", stream);
 }
 
+// The rows of gemm_configs.def with weights kW, each launched by its id. A template (not an
+// explicit specialization), so the rows of the other weight format are discarded statements that
+// are never instantiated: each sm90_grouped_gemm_<weights>.cu instantiates it for one format (one
+// TU per weight format keeps each compile under a minute).
+template <GemmWeights kW>
+bool launch_grouped_gemm_of(GemmConfigId id, const GroupedGemmParams& p, int num_sms,
+                            cudaStream_t stream) {
+  switch (id) {
+#define FMOE_GG(name, bt, stages, weights, rows, epi)                                         \
+  case GemmConfigId::name:                                                                    \
+    if constexpr (GemmWeights::weights == kW) {                                               \
+      launch_grouped_gemm_cfg<GemmConfig<bt, stages, GemmWeights::weights, GemmRows::rows,    \
+                                         GemmEpilogue::epi>>(p, num_sms, stream);             \
+      return true;                                                                            \
+    }                                                                                         \
+    return false;
+#include "gemm/gemm_configs.def"
+#undef FMOE_GG
+    default: return false;
+  }
+}
+
 }  // namespace fusedmoe::detail
