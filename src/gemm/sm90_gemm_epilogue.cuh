@@ -18,9 +18,47 @@ struct Epilogue;
 
 // combine: out[token, n] += w * (acc + bias[e, n]) by fp32 atomics (the bias once per tile: by
 // the segment that starts at k-block 0), or in deterministic mode out[route, n] = ... (whole
-// tiles, every element written once by one CTA in a fixed order).
+// tiles, every element written once by one CTA in a fixed order). The column loop is compiled
+// once per (row pairing, mode), chosen outside it: ncu showed the per-element mode branches
+// costing as many instructions as the tile's whole mainloop.
 template <class Cfg>
 struct Epilogue<Cfg, GemmEpilogue::combine> {
+  // kPaired: this thread's two rows are adjacent outputs n_a, n_a + 1 (N % 16 == 0, in range or
+  // out together); else rows n_a and n_a + 8.
+  template <bool kPaired, bool kDet>
+  __device__ static void columns(const GroupedGemmParams& p, const typename Cfg::TileMeta& m,
+                                 const float (&acc)[Cfg::kAccRegs], int n_a, int n_b, float bias_a,
+                                 float bias_b, int lane) {
+    const bool ok_a = n_a < p.N, ok_b = n_b < p.N;
+    if (!ok_a && !ok_b) return;
+    float* const out = p.out;
+    const int64_t ld = p.N;
+#pragma unroll
+    for (int b = 0; b < Cfg::BLOCK_T / 8; ++b) {
+      const int col = 8 * b + 2 * (lane % 4);  // this thread's columns col, col + 1
+      const int2 rows = *reinterpret_cast<const int2*>(&m.col_out[col]);
+      const float2 ws = *reinterpret_cast<const float2*>(&m.col_weight[col]);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = h == 0 ? rows.x : rows.y;
+        if (r < 0) continue;  // absent column
+        const float w = h == 0 ? ws.x : ws.y;
+        const float va = (acc[4 * b + h] + bias_a) * w, vb = (acc[4 * b + 2 + h] + bias_b) * w;
+        float* row = out + int64_t(r) * ld;
+        if constexpr (kPaired) {
+          if constexpr (kDet) *reinterpret_cast<float2*>(row + n_a) = make_float2(va, vb);
+          else ptx::red_add_v2(row + n_a, va, vb);
+        } else if constexpr (kDet) {
+          if (ok_a) row[n_a] = va;
+          if (ok_b) row[n_b] = vb;
+        } else {
+          if (ok_a) atomicAdd(row + n_a, va);  // result unused: compiles to RED
+          if (ok_b) atomicAdd(row + n_b, vb);
+        }
+      }
+    }
+  }
+
   __device__ static void store(const GroupedGemmParams& p, const Segment& s,
                                const typename Cfg::TileMeta& m, typename Cfg::SharedStorage&,
                                const float (&acc)[Cfg::kAccRegs], int wgc, int tid) {
@@ -36,28 +74,12 @@ struct Epilogue<Cfg, GemmEpilogue::combine> {
       bias_a = n_a < p.N ? b[n_a] : 0.0f;
       bias_b = n_b < p.N ? b[n_b] : 0.0f;
     }
-#pragma unroll
-    for (int b = 0; b < Cfg::BLOCK_T / 8; ++b) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int col = 8 * b + 2 * (lane % 4) + h;
-        const int route = m.col_route[col];
-        if (route < 0) continue;  // absent column
-        const float w = m.col_weight[col];
-        const float va = (acc[4 * b + h] + bias_a) * w, vb = (acc[4 * b + 2 + h] + bias_b) * w;
-        float* row = p.out + int64_t(p.deterministic ? route : route / p.k) * p.N;
-        if (paired) {  // N % 16 == 0: the pair is in range or out together
-          if (n_a >= p.N) continue;
-          if (p.deterministic) *reinterpret_cast<float2*>(row + n_a) = make_float2(va, vb);
-          else ptx::red_add_v2(row + n_a, va, vb);
-        } else if (p.deterministic) {
-          if (n_a < p.N) row[n_a] = va;
-          if (n_b < p.N) row[n_b] = vb;
-        } else {
-          if (n_a < p.N) atomicAdd(row + n_a, va);  // result unused: compiles to RED
-          if (n_b < p.N) atomicAdd(row + n_b, vb);
-        }
-      }
+    if (paired) {
+      if (p.deterministic) columns<true, true>(p, m, acc, n_a, n_b, bias_a, bias_b, lane);
+      else columns<true, false>(p, m, acc, n_a, n_b, bias_a, bias_b, lane);
+    } else {
+      if (p.deterministic) columns<false, true>(p, m, acc, n_a, n_b, bias_a, bias_b, lane);
+      else columns<false, false>(p, m, acc, n_a, n_b, bias_a, bias_b, lane);
     }
   }
 };
@@ -79,9 +101,13 @@ struct Epilogue<Cfg, GemmEpilogue::swiglu> {
       // Comparisons, not fminf: a NaN must stay NaN (as in the reference).
       g = g > p.act_limit ? p.act_limit : g;
       u = u > p.act_limit ? p.act_limit : (u < -p.act_limit ? -p.act_limit : u);
-      return (u + 1.0f) * g / (1.0f + __expf(-p.act_alpha * g));
+      return (u + 1.0f) * __fdividef(g, 1.0f + __expf(-p.act_alpha * g));
     }
-    return g / (1.0f + __expf(-g)) * u;
+    // __fdividef, not '/': the IEEE division is a subroutine with a branch per call (ncu: the
+    // largest block of the swiglu epilogue); the difference is a few fp32 ulps, far below the
+    // intermediate's fp8/bf16 rounding. For g -> -inf the divisor overflows to inf and the
+    // quotient is -0, silu's limit.
+    return __fdividef(g, 1.0f + __expf(-g)) * u;
   }
 
   // Split K: stores this part's partial sums, and returns whether this part arrived last; then

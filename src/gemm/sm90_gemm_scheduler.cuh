@@ -237,6 +237,8 @@ __device__ void publish_columns(const GroupedGemmParams& p, typename Cfg::Shared
     if (route >= 0)
       w = p.weight_on_input && route % p.k < p.k_routed ? 1.0f : p.topk_weights[route];
     m.col_weight[tid] = w;
+    // The division by k happens here once per column, not per accumulator in the epilogue.
+    m.col_out[tid] = route < 0 ? -1 : p.deterministic ? route : route / p.k;
   }
   if (tid == 0) m.seg = s;
 }

@@ -62,7 +62,9 @@ struct GemmConfig {
   struct TileMeta {
     Segment seg;
     int32_t col_route[BLOCK_T];  // route of each column, -1: absent
-    float col_weight[BLOCK_T];   // combine: routing weight of each column
+    alignas(8) int32_t col_out[BLOCK_T];  // combine: output row of each column (route / k, or the
+                                          // route in deterministic mode), -1: absent
+    alignas(8) float col_weight[BLOCK_T];  // combine: routing weight of each column
   };
   struct Staging {  // swiglu: one tile of the intermediate on its way out
     alignas(16) uint8_t tile[BLOCK_T][64 * kElemBytes];
@@ -172,8 +174,10 @@ __device__ void consume(const GroupedGemmParams& p, typename Cfg::SharedStorage&
     for (int i = 0; i < Cfg::kAccRegs; ++i) acc[i] = 0.0f;
     for (int kb = kb0; kb < kb1; ++kb) {
       wait_barrier(&ss.full[stage.idx], stage.phase);
-      // Activations written by cp.async (generic proxy) are read by wgmma (async proxy).
-      cptx::fence_proxy_async(cptx::space_shared);
+      // Gathered activations are written by cp.async (generic proxy) and read by wgmma (async
+      // proxy). TMA-loaded operands need no fence (the scales cp.async writes are read by plain
+      // loads); the fence compiles to a CTA memory barrier, so it is left out where it is not needed.
+      if constexpr (Cfg::kRows == GemmRows::gathered) cptx::fence_proxy_async(cptx::space_shared);
       mma.stage(ss.stages[stage.idx], acc, wgc, tid);
       // Every read of this stage (wgmma, scales) is done: hand it back at once. Each thread
       // arrives for its own reads (release): one arrival per warp after __syncwarp orders the
@@ -216,8 +220,11 @@ grouped_gemm_kernel(const __grid_constant__ GroupedGemmParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   namespace cptx = cuda::ptx;
   extern __shared__ uint8_t smem_raw[];
-  auto& ss = *reinterpret_cast<typename Cfg::SharedStorage*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  // Aligned by pointer arithmetic on the __shared__ array (not through an integer), so the
+  // compiler keeps the shared state space: LDS/STS instead of generic loads and stores, which
+  // cost latency on every scale read of the mainloop (ncu: LD.E on the promotion's path).
+  const uint32_t pad = (1024u - (ptx::smem_addr(smem_raw) & 1023u)) & 1023u;
+  auto& ss = *reinterpret_cast<typename Cfg::SharedStorage*>(smem_raw + pad);
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {

@@ -66,9 +66,11 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 
 // ---- vector reduction to global memory ----------------------------------------------------------
 /// addr[0] += a, addr[1] += b as one 8-byte reduction (addr 8-byte aligned): half the atomic
-/// operations of two scalar ones.
+/// operations of two scalar ones. No "memory" clobber: the kernel never reads what it reduces
+/// into, and a clobber would make the compiler reload every shared-memory value (the tile's
+/// columns) after each reduction.
 __device__ __forceinline__ void red_add_v2(float* addr, float a, float b) {
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(addr), "f"(a), "f"(b) : "memory");
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(addr), "f"(a), "f"(b));
 }
 
 // ---- math ---------------------------------------------------------------------------------------
