@@ -41,8 +41,9 @@ struct GroupedGemmParams {
   // ---- weights: [E * n_rows, K] row-major, TMA box 128 rows x 128 bytes, 128B swizzle
   CUtensorMap w_desc;
   const float* w_scale;       // fp8: [E, NB, KB, sb_groups]
-  int sb_groups;              // 1: one scale per (128-row tile, k-block) (DeepSeek's layout);
-                              // 16: one per 8-row group (the layer's gate/up layout)
+  int sb_groups;              // 1: one scale per (128-row tile, k-block) (DeepSeek's layout; the
+                              // combine configs); 16: one per 8-row group (the swiglu configs:
+                              // the layer's gate/up layout)
   int n_rows;                 // weight rows per expert in w_desc (NB * 128 for prepared layouts)
   // ---- activations
   const uint8_t* a;           // gathered: rows of K elements, row stride lda bytes

@@ -96,8 +96,9 @@ template <class Cfg>
 struct Epilogue<Cfg, GemmEpilogue::swiglu> {
   __device__ static void sync_consumers() { asm volatile("bar.sync 2, 256;\n" ::: "memory"); }
 
+  template <bool kClamped>
   __device__ static float activation(const GroupedGemmParams& p, float g, float u) {
-    if (p.act_clamped) {
+    if constexpr (kClamped) {
       // Comparisons, not fminf: a NaN must stay NaN (as in the reference).
       g = g > p.act_limit ? p.act_limit : g;
       u = u > p.act_limit ? p.act_limit : (u < -p.act_limit ? -p.act_limit : u);
@@ -158,6 +159,42 @@ struct Epilogue<Cfg, GemmEpilogue::swiglu> {
     return true;
   }
 
+  // One halving step of the column amax across lanes `mask` apart: the lane with the mask bit
+  // set keeps the upper half of its values, its partner the lower half, each maxed with the
+  // other's copy of the half it keeps (one shuffle per kept value).
+  template <int kN>
+  __device__ static void halve(const float (&in)[kN], float (&out)[kN / 2], int lane, int mask) {
+    const bool upper = lane & mask;
+#pragma unroll
+    for (int j = 0; j < kN / 2; ++j) {
+      const float send = upper ? in[j] : in[j + kN / 2];
+      const float keep = upper ? in[j + kN / 2] : in[j];
+      out[j] = ptx::abs_max_nan(keep, __shfl_xor_sync(0xffffffffu, send, mask));
+    }
+  }
+
+  // amax[col] = max |v| over this warp's 8 intermediate rows (the lanes with the same lane % 4)
+  // for each of the tile's columns. Halving butterflies over lane bits 4, 3, 2: 7n/8 shuffles for
+  // n values per lane instead of 3n; lane l ends with the values of indices
+  // j + (n/8)(l/4) (j < n/8), or, when n = 4, index (l/8) for the lanes with bit 2 clear.
+  __device__ static void column_amax(const float (&v)[Cfg::BLOCK_T / 4], float* amax, int lane) {
+    constexpr int n = Cfg::BLOCK_T / 4;
+    static_assert(n >= 4, "BLOCK_T >= 16");
+    auto col = [&](int i) { return 8 * (i / 2) + 2 * (lane % 4) + i % 2; };
+    float a1[n / 2], a2[n / 4];
+    halve<n>(v, a1, lane, 16);
+    halve<n / 2>(a1, a2, lane, 8);
+    if constexpr (n >= 8) {
+      float a3[n / 8];
+      halve<n / 4>(a2, a3, lane, 4);
+#pragma unroll
+      for (int j = 0; j < n / 8; ++j) amax[col(j + (n / 8) * (lane / 4))] = a3[j];
+    } else {
+      const float a = ptx::abs_max_nan(a2[0], __shfl_xor_sync(0xffffffffu, a2[0], 4));
+      if ((lane & 4) == 0) amax[col(lane / 8)] = a;
+    }
+  }
+
   __device__ static void store(const GroupedGemmParams& p, const Segment& s,
                                const typename Cfg::TileMeta& m, typename Cfg::SharedStorage& ss,
                                const float (&acc_in)[Cfg::kAccRegs], int wgc, int tid) {
@@ -177,21 +214,24 @@ struct Epilogue<Cfg, GemmEpilogue::swiglu> {
       bu = b[8];
     }
     float v[Cfg::BLOCK_T / 4];  // this thread's columns 8b + 2(lane%4) + h, index 2b + h
+    // The variant is chosen once per tile, outside the loop (a per-element branch on a parameter
+    // stayed in the loop).
+    if (p.act_clamped) {
 #pragma unroll
-    for (int b = 0; b < Cfg::BLOCK_T / 8; ++b)
+      for (int b = 0; b < Cfg::BLOCK_T / 8; ++b)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) v[2 * b + h] = activation(p, acc[4 * b + h] + bg, acc[4 * b + 2 + h] + bu);
+        for (int h = 0; h < 2; ++h)
+          v[2 * b + h] = activation<true>(p, acc[4 * b + h] + bg, acc[4 * b + 2 + h] + bu);
+    } else {
+#pragma unroll
+      for (int b = 0; b < Cfg::BLOCK_T / 8; ++b)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          v[2 * b + h] = activation<false>(p, acc[4 * b + h] + bg, acc[4 * b + 2 + h] + bu);
+    }
 
     if constexpr (Cfg::kFp8) {
-      // Column amax over this warp's 8 intermediate rows: lanes with the same lane % 4.
-#pragma unroll
-      for (int i = 0; i < Cfg::BLOCK_T / 4; ++i) {
-        float a = fabsf(v[i]);
-        a = ptx::abs_max_nan(a, __shfl_xor_sync(0xffffffffu, a, 4));
-        a = ptx::abs_max_nan(a, __shfl_xor_sync(0xffffffffu, a, 8));
-        a = ptx::abs_max_nan(a, __shfl_xor_sync(0xffffffffu, a, 16));
-        if (lane < 4) sg.amax[group][8 * (i / 2) + 2 * lane + i % 2] = a;
-      }
+      column_amax(v, sg.amax[group], lane);
       sync_consumers();
       if (ctid < Cfg::BLOCK_T) {
         float a = 0.0f;

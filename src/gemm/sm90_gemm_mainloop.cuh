@@ -34,10 +34,10 @@ struct WeightLoader {
                                  full);
     }
     if constexpr (Cfg::kFp8) {
-      if (tid < 16) {
+      constexpr int kScales = Cfg::kGroupScales ? 16 : 1;  // p.sb_groups (checked at launch)
+      if (tid < kScales) {
         const int64_t tile_kb = (int64_t(s.e) * p.NB + s.wb) * p.KB + kb;
-        const float* src = p.w_scale + tile_kb * p.sb_groups + (p.sb_groups == 16 ? tid : 0);
-        ptx::cp_async_4(ptx::smem_addr(&st.sb[tid]), src, 4);
+        ptx::cp_async_4(ptx::smem_addr(&st.sb[tid]), p.w_scale + tile_kb * kScales + tid, 4);
       }
     }
   }
@@ -139,20 +139,22 @@ template <class Cfg, bool kFp8 = Cfg::kFp8>
 struct Mma;
 
 // FP8 with per-block promotion: each scale block of K (128, or 64 for the intermediate) is summed
-// by wgmma into a scratch fragment, then added to the running sum times sb(row group) * sa(column).
+// by wgmma into a scratch fragment, then added to the running sum times sb(row) * sa(column).
+// Order within a block (as DeepGEMM's): issue the wgmmas, read the block's scales from shared
+// memory while they run, wait, release the stage after its last block (everything it holds is in
+// registers by then), promote. The two consumer warpgroups' promotions overlap each other's wgmmas.
 template <class Cfg>
 struct Mma<Cfg, true> {
   static constexpr int kSteps = Cfg::BLOCK_K / 32 / Cfg::kScaleBlocks;  // k32 wgmmas per block
+  static constexpr int kCols = Cfg::BLOCK_T / 8;  // this thread's column pairs
   float part[Cfg::kAccRegs];  // (64 rows, BLOCK_T cols) for one scale block, before scaling
 
   __device__ void stage(const typename Cfg::Stage& st, float (&acc)[Cfg::kAccRegs], int wgc,
-                        int tid) {
+                        int tid, uint64_t* empty) {
     using W = ptx::WgmmaFp8<Cfg::BLOCK_T>;
     const int warp = tid / 32, lane = tid % 32;
     const uint64_t desc_w = ptx::smem_desc_k128b(st.w + wgc * 64 * 128);
     const uint64_t desc_a = ptx::smem_desc_k128b(st.a);
-    // The weight scales of this thread's two rows: gate/up pairs in the layer's layout.
-    const float sb_a = st.sb[(4 * wgc + warp) * 2], sb_b = st.sb[(4 * wgc + warp) * 2 + 1];
 #pragma unroll
     for (int blk = 0; blk < Cfg::kScaleBlocks; ++blk) {
 #pragma unroll
@@ -162,17 +164,39 @@ struct Mma<Cfg, true> {
       for (int kk = 0; kk < kSteps; ++kk)  // 32 bytes of K = 2 in descriptor units
         W::mma(desc_w + 2 * (blk * kSteps + kk), desc_a + 2 * (blk * kSteps + kk), part, kk > 0);
       ptx::wgmma_commit();
+      // While the wgmmas run: this thread's column scales (adjacent pairs, 8-byte loads) and row
+      // scales. Per 8-row group (the layer's gate/up pairs: the thread's two rows differ), or one
+      // per tile (DeepSeek's 128x128 blocks: both rows share it, folded into the column scale).
+      float2 sa[kCols];
+#pragma unroll
+      for (int b = 0; b < kCols; ++b)
+        sa[b] = *reinterpret_cast<const float2*>(&st.sa[blk][8 * b + 2 * (lane % 4)]);
+      float sb_a, sb_b;
+      if constexpr (Cfg::kGroupScales) {
+        sb_a = st.sb[(4 * wgc + warp) * 2];
+        sb_b = st.sb[(4 * wgc + warp) * 2 + 1];
+      } else {
+        sb_a = sb_b = st.sb[0];
+      }
       ptx::wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(part[i]);
+      if (blk == Cfg::kScaleBlocks - 1) cuda::ptx::mbarrier_arrive(empty);
 #pragma unroll
-      for (int b = 0; b < Cfg::BLOCK_T / 8; ++b)
+      for (int b = 0; b < kCols; ++b) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const float sa = st.sa[blk][8 * b + 2 * (lane % 4) + h];
-          acc[4 * b + h] = fmaf(part[4 * b + h], sb_a * sa, acc[4 * b + h]);
-          acc[4 * b + 2 + h] = fmaf(part[4 * b + 2 + h], sb_b * sa, acc[4 * b + 2 + h]);
+          const float s = h == 0 ? sa[b].x : sa[b].y;
+          if constexpr (Cfg::kGroupScales) {
+            acc[4 * b + h] = fmaf(part[4 * b + h], sb_a * s, acc[4 * b + h]);
+            acc[4 * b + 2 + h] = fmaf(part[4 * b + 2 + h], sb_b * s, acc[4 * b + 2 + h]);
+          } else {
+            const float sc = sb_a * s;
+            acc[4 * b + h] = fmaf(part[4 * b + h], sc, acc[4 * b + h]);
+            acc[4 * b + 2 + h] = fmaf(part[4 * b + 2 + h], sc, acc[4 * b + 2 + h]);
+          }
         }
+      }
     }
   }
 };
@@ -181,7 +205,7 @@ struct Mma<Cfg, true> {
 template <class Cfg>
 struct Mma<Cfg, false> {
   __device__ void stage(const typename Cfg::Stage& st, float (&acc)[Cfg::kAccRegs], int wgc,
-                        int tid) {
+                        int tid, uint64_t* empty) {
     using W = ptx::WgmmaBf16<Cfg::BLOCK_T>;
     const uint64_t desc_w = ptx::smem_desc_k128b(st.w + wgc * 64 * 128);
     const uint64_t desc_a = ptx::smem_desc_k128b(st.a);
@@ -195,6 +219,7 @@ struct Mma<Cfg, false> {
     ptx::wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(acc[i]);
+    cuda::ptx::mbarrier_arrive(empty);
   }
 };
 

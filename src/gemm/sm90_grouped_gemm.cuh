@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include "common/cuda_check.hpp"
+#include "fusedmoe/error.hpp"
 #include "common/launch.hpp"
 #include "gemm/sm90_gemm_epilogue.cuh"
 #include "gemm/sm90_gemm_mainloop.cuh"
@@ -40,6 +41,10 @@ struct GemmConfig {
   // fp8 activation scales per stage: gathered token rows are quantized per 128 columns, the
   // layer's intermediate (tma rows) per 64.
   static constexpr int kScaleBlocks = !kFp8 ? 0 : kRows == GemmRows::gathered ? 1 : 2;
+  // fp8 weight scales: one per 8-row group (the swiglu GEMM's gate/up pairs come from different
+  // 128-row blocks) or one per 128x128 block (GroupedGemmParams::sb_groups 16 or 1, checked at
+  // launch).
+  static constexpr bool kGroupScales = kEpi == GemmEpilogue::swiglu;
   // The producer arrives per thread through cp.async when it copies anything with it.
   static constexpr bool kCpAsync = kRows == GemmRows::gathered || kFp8;
   // ptxas fits the producer's code into kProducerRegs after setmaxnreg.dec: at 56 it spilled 40
@@ -178,12 +183,12 @@ __device__ void consume(const GroupedGemmParams& p, typename Cfg::SharedStorage&
       // proxy). TMA-loaded operands need no fence (the scales cp.async writes are read by plain
       // loads); the fence compiles to a CTA memory barrier, so it is left out where it is not needed.
       if constexpr (Cfg::kRows == GemmRows::gathered) cptx::fence_proxy_async(cptx::space_shared);
-      mma.stage(ss.stages[stage.idx], acc, wgc, tid);
-      // Every read of this stage (wgmma, scales) is done: hand it back at once. Each thread
-      // arrives for its own reads (release): one arrival per warp after __syncwarp orders the
-      // other lanes' reads only through cumulativity, which compute-sanitizer's racecheck does not
-      // follow (it reported the producer's next cp.async into the scale slots as a WAR hazard).
-      cptx::mbarrier_arrive(&ss.empty[stage.idx]);
+      // The MMA hands the stage back (arrives on its empty barrier) as soon as every read of it
+      // (wgmma, scales) is done, before its promotion. Each thread arrives for its own reads
+      // (release): one arrival per warp after __syncwarp orders the other lanes' reads only
+      // through cumulativity, which compute-sanitizer's racecheck does not follow (it reported
+      // the producer's next cp.async into the scale slots as a WAR hazard).
+      mma.stage(ss.stages[stage.idx], acc, wgc, tid, &ss.empty[stage.idx]);
       stage.advance();
     }
     Epilogue<Cfg>::store(p, m.seg, m, ss, acc, wgc, tid);
@@ -261,6 +266,9 @@ grouped_gemm_kernel(const __grid_constant__ GroupedGemmParams p) {
 
 template <class Cfg>
 void launch_grouped_gemm_cfg(const GroupedGemmParams& p, int num_sms, cudaStream_t stream) {
+  FMOE_REQUIRE(!Cfg::kFp8 || p.sb_groups == (Cfg::kGroupScales ? 16 : 1),
+               "grouped_gemm: this config reads %d fp8 weight scale(s) per tile and k-block, the "
+               "parameters say %d", Cfg::kGroupScales ? 16 : 1, p.sb_groups);
   auto kernel = grouped_gemm_kernel<Cfg>;
   FMOE_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  int(Cfg::kSmemBytes)));
