@@ -49,13 +49,16 @@ struct RowLoader;
 
 // One row per token, gathered: route r of a column reads row r / k (+ shared_row_offset when r is
 // a shared route). This thread copies 16-byte chunk (tid % 8) of rows tid / 8 + 16 j.
+// The row addresses are formed once per tile (ncu: the 64-bit row * lda product and the parameter
+// reloads per chunk and stage were ~15 of the producer's instructions per copy); a stage adds the
+// k offset.
 // NOTE: one TMA box per row (Hopper's TMA has no row gather) was measured slower on H100 at
 // BLOCK_T=128 (T=2048: 189 vs 146 us for the projection GEMM).
 template <class Cfg>
 struct RowLoader<Cfg, GemmRows::gathered> {
   static constexpr int kChunksPerThread = (Cfg::BLOCK_T * 8 + 127) / 128;
-  int row[kChunksPerThread];  // activation row of each chunk's tile row, -1: absent column
-  int col_row;                // activation row of column tid (fp8 scales), -1: absent
+  const uint8_t* src[kChunksPerThread];  // this thread's chunk of each tile row, nullptr: absent
+  const float* scale;                    // fp8: scales of column tid's row, nullptr: absent
 
   __device__ static int row_of(const GroupedGemmParams& p, int route) {
     if (route < 0) return -1;
@@ -68,33 +71,33 @@ struct RowLoader<Cfg, GemmRows::gathered> {
 #pragma unroll
     for (int j = 0; j < kChunksPerThread; ++j) {
       const int r = tid / 8 + 16 * j;
-      row[j] = r < Cfg::BLOCK_T ? row_of(p, m.col_route[r]) : -1;
+      const int row = r < Cfg::BLOCK_T ? row_of(p, m.col_route[r]) : -1;
+      src[j] = row >= 0 ? p.a + int64_t(row) * p.lda + (tid % 8) * 16 : nullptr;
     }
-    col_row = tid < Cfg::BLOCK_T ? row_of(p, m.col_route[tid]) : -1;
+    const int col_row = tid < Cfg::BLOCK_T ? row_of(p, m.col_route[tid]) : -1;
+    scale = col_row >= 0 ? p.sa + int64_t(col_row) * p.sa_ld : nullptr;
   }
 
   __device__ void issue(const GroupedGemmParams& p, const Segment& s, int kb,
                         typename Cfg::Stage& st, uint64_t* full, int tid) const {
     const int chunk = tid % 8;
-    const int64_t k_byte = int64_t(kb) * 128 + chunk * 16;
+    const int64_t k_off = int64_t(kb) * 128;
     // Zero-fill padding columns (beyond K) and absent rows: no garbage (or NaN codes) ever meets
     // a weight.
-    const bool in_k = k_byte < int64_t(p.K) * Cfg::kElemBytes;
+    const bool in_k = k_off + chunk * 16 < int64_t(p.K) * Cfg::kElemBytes;
     const uint32_t a_base = ptx::smem_addr(st.a);
 #pragma unroll
     for (int j = 0; j < kChunksPerThread; ++j) {
       const int r = tid / 8 + 16 * j;
       if (r < Cfg::BLOCK_T) {
-        const bool ok = row[j] >= 0 && in_k;
-        const uint8_t* src = ok ? p.a + int64_t(row[j]) * p.lda + k_byte : p.a;
-        ptx::cp_async_16(a_base + ptx::swizzle128_offset(r, chunk), src, ok ? 16 : 0);
+        const bool ok = src[j] != nullptr && in_k;
+        ptx::cp_async_16(a_base + ptx::swizzle128_offset(r, chunk), ok ? src[j] + k_off : p.a,
+                         ok ? 16 : 0);
       }
     }
     if constexpr (Cfg::kFp8) {
-      if (tid < Cfg::BLOCK_T) {
-        const float* src = p.sa + (col_row >= 0 ? int64_t(col_row) * p.sa_ld + kb : 0);
-        ptx::cp_async_4(ptx::smem_addr(&st.sa[0][tid]), src, col_row >= 0 ? 4 : 0);
-      }
+      if (tid < Cfg::BLOCK_T)
+        ptx::cp_async_4(ptx::smem_addr(&st.sa[0][tid]), scale ? scale + kb : p.sa, scale ? 4 : 0);
     }
   }
 };
