@@ -55,9 +55,6 @@ struct RouteQuantParams {
 
 /// From this many tokens, two warps per token instead of four (throughput over latency).
 constexpr int kRouteQuantWideFromTokens = 1024;
-/// Up to this many tokens, a whole CTA (16 warps) per token: at decode the stage is latency, and
-/// 15 quantizing warps have a whole 7168-column row in flight at once instead of in five passes.
-constexpr int kRouteQuantCtaUpToTokens = 8;
 /// Shared-expert chunks one token can carry (always-selected extra experts).
 constexpr int kMaxSharedChunks = 8;
 

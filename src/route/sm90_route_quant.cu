@@ -18,8 +18,7 @@ void launch_route_quant(const RouteQuantParams& p, cudaStream_t stream) {
                            fn == RoutingFn::sigmoid_top1_on_input ||
                            (fn == RoutingFn::topk_softmax && p.bias == nullptr);
   const bool narrow = p.E <= 32 * 8;
-  // Large T: 2 warps per token (more tokens in flight); mid sizes: 4; a few tokens: 16 (one CTA
-  // each, lowest latency per token).
+  // Large T: 2 warps per token (more tokens in flight); decode: 4 (lower latency per token).
   auto pick = [&](auto wpt) {
     constexpr int W = decltype(wpt)::value;
     auto kernel = exact_float ? (narrow ? route_quant_kernel<float, 8, W> : route_quant_kernel<float, 16, W>)
@@ -29,7 +28,6 @@ void launch_route_quant(const RouteQuantParams& p, cudaStream_t stream) {
     launch_pdl(kernel, dim3(grid), dim3(Cfg::kThreads), 0, stream, p);
   };
   if (p.T >= kRouteQuantWideFromTokens) pick(std::integral_constant<int, 2>{});
-  else if (p.T <= kRouteQuantCtaUpToTokens) pick(std::integral_constant<int, 16>{});
   else pick(std::integral_constant<int, 4>{});
   FMOE_CHECK_LAUNCH("route_quant_kernel", stream);
 }

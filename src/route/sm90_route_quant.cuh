@@ -5,8 +5,7 @@
 // 128-column block b, a = x (or bf16(x * weight) when the weight goes on the input), amax
 // NaN-propagating, an all-zero block giving scale 0 and codes 0: bit for bit the host quantizer
 // (fmt::quantize_fp8_per_token_128), which the tests check. rows (bf16): a itself.
-// Design: four warps per token (two from kRouteQuantWideFromTokens tokens, a whole CTA up to
-// kRouteQuantCtaUpToTokens), several tokens per CTA.
+// Design: four warps per token (two from kRouteQuantWideFromTokens tokens), several tokens per CTA.
 // The token's first warp routes (a serial chain of k warp-wide argmax steps; then the shared
 // columns and Qwen's shared gate, a dot product over the row) while the others quantize, so the
 // two latencies overlap; only when the weight goes on the input do all warps wait for the routing.
