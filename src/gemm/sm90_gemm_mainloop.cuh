@@ -8,7 +8,8 @@
 //   rows tma:           one TMA box of BLOCK_T compact rows (+ sa[0..1][c] = per-64 scales, fp8)
 // Contract between the parts: the producer's 128 threads call issue() of both loaders for every
 // stage, then arrive on the stage's full barrier (thread 0 with the TMA bytes, all with cp.async
-// arrivals when Cfg::kCpAsync); the MMA reads only the stage and its own registers.
+// arrivals when Cfg::kCpAsync); the MMA reads only the stage and its own registers, and arrives on
+// the stage's empty barrier as soon as its last read of the stage is done.
 #pragma once
 
 #include <cuda/ptx>
