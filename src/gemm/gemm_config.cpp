@@ -10,8 +10,8 @@ GemmConfigInfo gemm_config_info(GemmConfigId id) {
   using R = GemmRows;
   using Ep = GemmEpilogue;
   switch (id) {
-#define FMOE_GG(name, bt, stages, weights, rows, epi) \
-  case GemmConfigId::name: return {#name, bt, stages, W::weights, R::rows, Ep::epi};
+#define FMOE_GG(name, bt, waves, stages, weights, rows, epi) \
+  case GemmConfigId::name: return {#name, bt, waves, stages, W::weights, R::rows, Ep::epi};
 #include "gemm/gemm_configs.def"
 #undef FMOE_GG
     default: break;
@@ -37,13 +37,42 @@ bool same_family(const GemmConfigInfo& c, const GemmFamily& f) {
 }
 }  // namespace
 
-GemmConfigId gemm_config_of(GemmWeights w, GemmRows rows, GemmEpilogue epi, int block_t) {
+GemmConfigId gemm_config_of(GemmWeights w, GemmRows rows, GemmEpilogue epi, int block_t,
+                            int waves) {
   for (int i = 0; i < int(GemmConfigId::count); ++i) {
     const GemmConfigInfo c = gemm_config_info(GemmConfigId(i));
-    if (c.block_t == block_t && same_family(c, {w, rows, epi})) return GemmConfigId(i);
+    if (c.block_t == block_t && c.waves == waves && same_family(c, {w, rows, epi}))
+      return GemmConfigId(i);
   }
-  FMOE_REQUIRE(false, "grouped_gemm: no compiled %s %s config with BLOCK_T=%d",
-               gemm_weights_name(w), family_name(rows, epi), block_t);
+  FMOE_REQUIRE(false, "grouped_gemm: no compiled %s %s config with BLOCK_T=%d and %d weight wave(s)",
+               gemm_weights_name(w), family_name(rows, epi), block_t, waves);
+}
+
+int select_waves(const GemmFamily& f, int block_t, int nb, const std::string& forced,
+                 std::string* reason) {
+  int waves = 1;
+  const char* why;
+  const GemmConfigId id = forced.empty() ? GemmConfigId::count : gemm_config_by_name(forced);
+  if (id != GemmConfigId::count && same_family(gemm_config_info(id), f)) {
+    const GemmConfigInfo c = gemm_config_info(id);
+    FMOE_REQUIRE(nb % c.waves == 0, "FMOE_FORCE_CONFIG=%s takes %d x 128 weight rows per tile; "
+                 "this GEMM has %d 128-row weight tiles per expert, not a multiple of %d",
+                 forced.c_str(), c.waves, nb, c.waves);
+    waves = c.waves;
+    why = "forced";
+  } else if (block_t == 128 && nb % 2 == 0) {
+    // Only the widest token tile: there the GEMM is compute-bound and each k-stage's bytes per
+    // FLOP decide (a stage of 256 weight rows feeds twice the wgmmas from the same activations).
+    // Narrower tiles stream weights that each tile uses for few tokens: bytes in flight (more,
+    // smaller stages) matter more there, and 256-row tiles would halve the tiles that fill the SMs.
+    waves = 2;
+    why = "256 weight rows per tile (BLOCK_T=128: compute-bound, fewer bytes per FLOP)";
+  } else {
+    why = block_t == 128 ? "128 weight rows per tile (an odd number of 128-row weight tiles)"
+                         : "128 weight rows per tile";
+  }
+  if (reason) *reason += std::string(reason->empty() ? "" : "; ") + family_name(f.rows, f.epilogue) + ": " + why;
+  return waves;
 }
 
 int select_block_t(int T, int k, int E, const std::string& forced,

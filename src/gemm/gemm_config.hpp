@@ -11,7 +11,7 @@ enum class GemmRows : int { gathered, tma };
 enum class GemmEpilogue : int { combine, swiglu };
 
 enum class GemmConfigId : int {
-#define FMOE_GG(name, bt, stages, weights, rows, epi) name,
+#define FMOE_GG(name, bt, waves, stages, weights, rows, epi) name,
 #include "gemm/gemm_configs.def"
 #undef FMOE_GG
   count
@@ -19,7 +19,7 @@ enum class GemmConfigId : int {
 
 struct GemmConfigInfo {
   const char* name;
-  int block_t, stages;
+  int block_t, waves, stages;
   GemmWeights weights;
   GemmRows rows;
   GemmEpilogue epilogue;
@@ -29,8 +29,10 @@ GemmConfigInfo gemm_config_info(GemmConfigId id);
 GemmConfigId gemm_config_by_name(const std::string& name);
 const char* gemm_weights_name(GemmWeights w);
 
-/// The config of one family with this token-tile width (Error if none is compiled).
-GemmConfigId gemm_config_of(GemmWeights w, GemmRows rows, GemmEpilogue epi, int block_t);
+/// The config of one family with this token-tile width and weight waves (Error if none is
+/// compiled).
+GemmConfigId gemm_config_of(GemmWeights w, GemmRows rows, GemmEpilogue epi, int block_t,
+                            int waves = 1);
 
 /// The token-tile width (BLOCK_T) for a grouped GEMM whose experts get T*k/E rows on average,
 /// with the reason. One width serves both GEMMs of a layer (they share the schedule's table).
@@ -44,5 +46,12 @@ struct GemmFamily {
 };
 int select_block_t(int T, int k, int E, const std::string& forced,
                    std::initializer_list<GemmFamily> families, std::string* reason);
+
+/// The weight waves (128-row halves of a 256-row tile: 1 or 2) for one GEMM of family `f` with
+/// token tiles of `block_t` and `nb` 128-row weight tiles per expert, with the reason appended
+/// to `reason`. A forced config of this family (FMOE_FORCE_CONFIG) decides; one whose waves do
+/// not divide nb is an Error.
+int select_waves(const GemmFamily& f, int block_t, int nb, const std::string& forced,
+                 std::string* reason);
 
 }  // namespace fusedmoe::detail

@@ -1,6 +1,8 @@
 // The grouped GEMM's epilogues. They read the accumulators and the tile's meta slot (segment and
-// columns), never a k-stage. Fragment layout (sm90_gemm_mainloop.cuh): acc[4b + 2r + h] is weight
-// row 64 wgc + 16 warp + lane/4 + 8r of the tile, column 8b + 2(lane%4) + h.
+// columns), never a k-stage. They store one 128-row wave at a time, as the 128-row weight tile
+// s.wb it is (the consumers pass each wave's segment). Fragment layout (sm90_gemm_mainloop.cuh):
+// acc[4b + 2r + h] is weight row 64 wgc + 16 warp + lane/4 + 8r of the wave, column
+// 8b + 2(lane%4) + h.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -63,7 +65,7 @@ struct Epilogue<Cfg, GemmEpilogue::combine> {
                                const typename Cfg::TileMeta& m, typename Cfg::SharedStorage&,
                                const float (&acc)[Cfg::kAccRegs], int wgc, int tid) {
     const int warp = tid / 32, lane = tid % 32;
-    const int group = s.wb * Cfg::BLOCK_W + 64 * wgc + 16 * warp;  // this warp's 16 weight rows
+    const int group = s.wb * Cfg::WAVE_W + 64 * wgc + 16 * warp;  // this warp's 16 weight rows
     // The outputs of this thread's two rows (lane/4 and lane/4 + 8 of the group).
     const bool paired = p.paired_rows;
     const int n_a = group + (paired ? 2 * (lane / 4) : lane / 4);
@@ -209,7 +211,7 @@ struct Epilogue<Cfg, GemmEpilogue::swiglu> {
     const int i_loc = 8 * group + lane / 4;             // intermediate index within the tile's 64
     float bg = 0.0f, bu = 0.0f;
     if (p.bias) {
-      const float* b = p.bias + int64_t(s.e) * p.n_rows + s.wb * Cfg::BLOCK_W + 16 * group + lane / 4;
+      const float* b = p.bias + int64_t(s.e) * p.n_rows + s.wb * Cfg::WAVE_W + 16 * group + lane / 4;
       bg = b[0];
       bu = b[8];
     }

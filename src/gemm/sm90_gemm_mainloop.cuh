@@ -1,7 +1,8 @@
 // The grouped GEMM's mainloop parts: what fills a k-stage (weight loader x row loader) and what
-// consumes it (MMA policy). A stage is (128 weight rows x 128 bytes) + (BLOCK_T rows x 128 bytes),
-// both K-major with the 128-byte swizzle TMA writes and wgmma reads, plus the fp8 scales:
-//   weights fp8_block: 128 K per stage, sb[16] = the weight scale of each 8-row group
+// consumes it (MMA policy). A stage is (BLOCK_W = kWaves x 128 weight rows x 128 bytes) + (BLOCK_T
+// rows x 128 bytes), both K-major with the 128-byte swizzle TMA writes and wgmma reads, plus the
+// fp8 scales:
+//   weights fp8_block: 128 K per stage, sb[w][16] = the weight scale of each 8-row group of wave w
 //   weights bf16:       64 K per stage, no scales
 //   rows gathered:      cp.async of 16-byte chunks from the row of each column's token
 //                       (+ sa[0][c] = its per-128 scale, fp8)
@@ -24,21 +25,27 @@ namespace fusedmoe::detail {
 // ---- weight loader ----------------------------------------------------------------------------
 template <class Cfg>
 struct WeightLoader {
-  // Stage kb of segment s: the weight box by TMA (thread 0); fp8: the 16 group scales by cp.async
-  // (threads 0-15; with one scale per tile every group reads the same float).
+  // Stage kb of segment s: one 128-row weight box per wave by TMA (thread 0); fp8: the 16 group
+  // scales of each wave by cp.async (one thread each; with one scale per 128-row tile every group
+  // of the wave reads the same float).
   __device__ static void issue(const GroupedGemmParams& p, const Segment& s, int kb,
                                typename Cfg::Stage& st, uint64_t* full, int tid) {
     namespace cptx = cuda::ptx;
     if (tid == 0) {
-      const int32_t coords[2] = {kb * Cfg::BLOCK_K, s.e * p.n_rows + s.wb * Cfg::BLOCK_W};
-      cptx::cp_async_bulk_tensor(cptx::space_cluster, cptx::space_global, st.w, &p.w_desc, coords,
-                                 full);
+#pragma unroll
+      for (int w = 0; w < Cfg::kWaves; ++w) {
+        const int32_t coords[2] = {kb * Cfg::BLOCK_K,
+                                   s.e * p.n_rows + s.wb * Cfg::BLOCK_W + w * Cfg::WAVE_W};
+        cptx::cp_async_bulk_tensor(cptx::space_cluster, cptx::space_global,
+                                   st.w + w * Cfg::WAVE_W * 128, &p.w_desc, coords, full);
+      }
     }
     if constexpr (Cfg::kFp8) {
       constexpr int kScales = Cfg::kGroupScales ? 16 : 1;  // p.sb_groups (checked at launch)
-      if (tid < kScales) {
-        const int64_t tile_kb = (int64_t(s.e) * p.NB + s.wb) * p.KB + kb;
-        ptx::cp_async_4(ptx::smem_addr(&st.sb[tid]), p.w_scale + tile_kb * kScales + tid, 4);
+      if (tid < Cfg::kWaves * kScales) {
+        const int w = tid / kScales, g = tid % kScales;
+        const int64_t tile_kb = (int64_t(s.e) * p.NB + s.wb * Cfg::kWaves + w) * p.KB + kb;
+        ptx::cp_async_4(ptx::smem_addr(&st.sb[w][g]), p.w_scale + tile_kb * kScales + g, 4);
       }
     }
   }
@@ -137,8 +144,9 @@ struct RowLoader<Cfg, GemmRows::tma> {
 };
 
 // ---- MMA policies -----------------------------------------------------------------------------
-// Accumulator fragment of a consumer warpgroup (64 weight rows x BLOCK_T columns), per thread:
-// acc[4b + 2r + h] is row 16 * warp + lane / 4 + 8 r, column 8 b + 2 (lane % 4) + h.
+// Accumulator fragment of a consumer warpgroup in one wave (64 weight rows x BLOCK_T columns), per
+// thread: acc[w][4b + 2r + h] is row 16 * warp + lane / 4 + 8 r of its 64 in wave w, column
+// 8 b + 2 (lane % 4) + h.
 template <class Cfg, bool kFp8 = Cfg::kFp8>
 struct Mma;
 
@@ -147,18 +155,24 @@ struct Mma;
 // Order within a block (as DeepGEMM's): issue the wgmmas, read the block's scales from shared
 // memory while they run, wait, release the stage after its last block (everything it holds is in
 // registers by then), promote. The two consumer warpgroups' promotions overlap each other's wgmmas.
+// With two waves the scratch fragment serves them in turn (a second one would not fit the
+// registers next to the two running sums), and the column scales are read after the wait, as the
+// promotion consumes them (held through the wgmmas they were 32 more live registers: ptxas
+// spilled), so the stage is released after the last wave's promotion instead of before it.
 template <class Cfg>
 struct Mma<Cfg, true> {
   static constexpr int kSteps = Cfg::BLOCK_K / 32 / Cfg::kScaleBlocks;  // k32 wgmmas per block
   static constexpr int kCols = Cfg::BLOCK_T / 8;  // this thread's column pairs
   float part[Cfg::kAccRegs];  // (64 rows, BLOCK_T cols) for one scale block, before scaling
 
-  __device__ void stage(const typename Cfg::Stage& st, float (&acc)[Cfg::kAccRegs], int wgc,
-                        int tid, uint64_t* empty) {
+  __device__ void stage(const typename Cfg::Stage& st, float (&acc)[Cfg::kWaves][Cfg::kAccRegs],
+                        int wgc, int tid, uint64_t* empty) {
     using W = ptx::WgmmaFp8<Cfg::BLOCK_T>;
     const int warp = tid / 32, lane = tid % 32;
-    const uint64_t desc_w = ptx::smem_desc_k128b(st.w + wgc * 64 * 128);
     const uint64_t desc_a = ptx::smem_desc_k128b(st.a);
+#pragma unroll
+    for (int wave = 0; wave < Cfg::kWaves; ++wave) {
+    const uint64_t desc_w = ptx::smem_desc_k128b(st.w + (wave * Cfg::WAVE_W + wgc * 64) * 128);
 #pragma unroll
     for (int blk = 0; blk < Cfg::kScaleBlocks; ++blk) {
 #pragma unroll
@@ -168,61 +182,80 @@ struct Mma<Cfg, true> {
       for (int kk = 0; kk < kSteps; ++kk)  // 32 bytes of K = 2 in descriptor units
         W::mma(desc_w + 2 * (blk * kSteps + kk), desc_a + 2 * (blk * kSteps + kk), part, kk > 0);
       ptx::wgmma_commit();
-      // While the wgmmas run: this thread's column scales (adjacent pairs, 8-byte loads) and row
-      // scales. Per 8-row group (the layer's gate/up pairs: the thread's two rows differ), or one
-      // per tile (DeepSeek's 128x128 blocks: both rows share it, folded into the column scale).
-      float2 sa[kCols];
+      // While the wgmmas run: this thread's column scales (adjacent pairs, 8-byte loads; one wave
+      // only) and row scales. Per 8-row group (the layer's gate/up pairs: the thread's two rows
+      // differ), or one per tile (DeepSeek's 128x128 blocks: both rows share it, folded into the
+      // column scale).
+      constexpr bool kEarly = Cfg::kWaves == 1;
+      auto col_scales = [&](int b) {
+        return *reinterpret_cast<const float2*>(&st.sa[blk][8 * b + 2 * (lane % 4)]);
+      };
+      float2 sa[kEarly ? kCols : 1];
+      if constexpr (kEarly) {
 #pragma unroll
-      for (int b = 0; b < kCols; ++b)
-        sa[b] = *reinterpret_cast<const float2*>(&st.sa[blk][8 * b + 2 * (lane % 4)]);
+        for (int b = 0; b < kCols; ++b) sa[b] = col_scales(b);
+      }
       float sb_a, sb_b;
       if constexpr (Cfg::kGroupScales) {
-        sb_a = st.sb[(4 * wgc + warp) * 2];
-        sb_b = st.sb[(4 * wgc + warp) * 2 + 1];
+        sb_a = st.sb[wave][(4 * wgc + warp) * 2];
+        sb_b = st.sb[wave][(4 * wgc + warp) * 2 + 1];
       } else {
-        sb_a = sb_b = st.sb[0];
+        sb_a = sb_b = st.sb[wave][0];
       }
       ptx::wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(part[i]);
-      if (blk == Cfg::kScaleBlocks - 1) cuda::ptx::mbarrier_arrive(empty);
+      const bool last = wave == Cfg::kWaves - 1 && blk == Cfg::kScaleBlocks - 1;
+      if (kEarly && last) cuda::ptx::mbarrier_arrive(empty);
 #pragma unroll
       for (int b = 0; b < kCols; ++b) {
+        const float2 sab = kEarly ? sa[kEarly ? b : 0] : col_scales(b);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const float s = h == 0 ? sa[b].x : sa[b].y;
+          const float s = h == 0 ? sab.x : sab.y;
+          float* a = acc[wave];
           if constexpr (Cfg::kGroupScales) {
-            acc[4 * b + h] = fmaf(part[4 * b + h], sb_a * s, acc[4 * b + h]);
-            acc[4 * b + 2 + h] = fmaf(part[4 * b + 2 + h], sb_b * s, acc[4 * b + 2 + h]);
+            a[4 * b + h] = fmaf(part[4 * b + h], sb_a * s, a[4 * b + h]);
+            a[4 * b + 2 + h] = fmaf(part[4 * b + 2 + h], sb_b * s, a[4 * b + 2 + h]);
           } else {
             const float sc = sb_a * s;
-            acc[4 * b + h] = fmaf(part[4 * b + h], sc, acc[4 * b + h]);
-            acc[4 * b + 2 + h] = fmaf(part[4 * b + 2 + h], sc, acc[4 * b + 2 + h]);
+            a[4 * b + h] = fmaf(part[4 * b + h], sc, a[4 * b + h]);
+            a[4 * b + 2 + h] = fmaf(part[4 * b + 2 + h], sc, a[4 * b + 2 + h]);
           }
         }
       }
+      if (!kEarly && last) cuda::ptx::mbarrier_arrive(empty);
+    }
     }
   }
 };
 
-// BF16: wgmma accumulates straight into the running sum (zeroed at the tile's start).
+// BF16: wgmma accumulates straight into the running sums (zeroed at the tile's start); every
+// wave's wgmmas go out as one batch.
 template <class Cfg>
 struct Mma<Cfg, false> {
-  __device__ void stage(const typename Cfg::Stage& st, float (&acc)[Cfg::kAccRegs], int wgc,
-                        int tid, uint64_t* empty) {
+  __device__ void stage(const typename Cfg::Stage& st, float (&acc)[Cfg::kWaves][Cfg::kAccRegs],
+                        int wgc, int tid, uint64_t* empty) {
     using W = ptx::WgmmaBf16<Cfg::BLOCK_T>;
-    const uint64_t desc_w = ptx::smem_desc_k128b(st.w + wgc * 64 * 128);
     const uint64_t desc_a = ptx::smem_desc_k128b(st.a);
 #pragma unroll
-    for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(acc[i]);
+    for (int w = 0; w < Cfg::kWaves; ++w)
+#pragma unroll
+      for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(acc[w][i]);
     ptx::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < Cfg::BLOCK_K / 16; ++kk)  // k16 = 32 bytes = 2 descriptor units
-      W::mma(desc_w + 2 * kk, desc_a + 2 * kk, acc, 1);
+    for (int w = 0; w < Cfg::kWaves; ++w) {
+      const uint64_t desc_w = ptx::smem_desc_k128b(st.w + (w * Cfg::WAVE_W + wgc * 64) * 128);
+#pragma unroll
+      for (int kk = 0; kk < Cfg::BLOCK_K / 16; ++kk)  // k16 = 32 bytes = 2 descriptor units
+        W::mma(desc_w + 2 * kk, desc_a + 2 * kk, acc[w], 1);
+    }
     ptx::wgmma_commit();
     ptx::wgmma_wait<0>();
 #pragma unroll
-    for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(acc[i]);
+    for (int w = 0; w < Cfg::kWaves; ++w)
+#pragma unroll
+      for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(acc[w][i]);
     cuda::ptx::mbarrier_arrive(empty);
   }
 };

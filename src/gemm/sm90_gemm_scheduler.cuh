@@ -1,7 +1,8 @@
 // The grouped GEMM's tile scheduler: which (expert, weight tile, token tile, k range) a CTA does
 // next, and the route columns of that tile.
 //
-// Tiles are numbered from the schedule's table (src/schedule): with NB weight tiles per expert,
+// Tiles are numbered from the schedule's table (src/schedule): with NB weight tiles per expert
+// (p.NB 128-row tiles / Cfg::kWaves),
 // expert e owns tiles [NB * tile_offsets[e], NB * tile_offsets[e + 1]) with token tiles innermost
 // (consecutive tiles share a weight tile, so its bytes are read from L2 after the first). With
 // static_tiles, tiles [0, E * NB) are (e, wb, token tile 0) of every expert, empty or not, so the
@@ -51,15 +52,18 @@ struct TileScheduler {
     return waves >= 2 ? (waves - 1) * ctas : 0;
   }
 
+  // Weight tiles per expert: p.NB counts 128-row tiles, a tile here has kWaves of them.
+  __device__ static int weight_tiles(const GroupedGemmParams& p) { return p.NB / Cfg::kWaves; }
+
   __device__ static int64_t static_tiles(const GroupedGemmParams& p) {
-    return p.static_tiles ? int64_t(p.E) * p.NB : 0;
+    return p.static_tiles ? int64_t(p.E) * weight_tiles(p) : 0;
   }
 
   __device__ TileScheduler(const GroupedGemmParams& params, const typename Cfg::SharedStorage& s,
                            int cta, int ctas)
       : p(params), ss(s) {
     // Swiglu split K: work items are (tile, part); everything else walks tiles.
-    const int64_t tiles = (static_tiles(p) + int64_t(p.NB) * ss.tile_offsets[p.E]) * split();
+    const int64_t tiles = (static_tiles(p) + int64_t(weight_tiles(p)) * ss.tile_offsets[p.E]) * split();
     rr_end = whole_tiles(p, tiles, ctas);
     tile_rr = cta;
     stride = ctas;
@@ -100,9 +104,10 @@ struct TileScheduler {
       unit += s.kb1 - s.kb0;
     }
     s.tile = int(tile);
+    const int NB = weight_tiles(p);
     if (tile < static_tiles(p)) {
-      s.e = int(tile / p.NB);
-      s.wb = int(tile % p.NB);
+      s.e = int(tile / NB);
+      s.wb = int(tile % NB);
       s.tb = 0;
     } else {
       tile -= static_tiles(p);
@@ -110,10 +115,10 @@ struct TileScheduler {
       int lo = 0, hi = p.E;  // invariant: NB * tile_offsets[lo] <= tile < NB * tile_offsets[hi]
       while (hi - lo > 1) {
         const int mid = (lo + hi) >> 1;
-        if (int64_t(p.NB) * ss.tile_offsets[mid] <= tile) lo = mid; else hi = mid;
+        if (int64_t(NB) * ss.tile_offsets[mid] <= tile) lo = mid; else hi = mid;
       }
       s.e = lo;
-      const int local = int(tile - int64_t(p.NB) * ss.tile_offsets[lo]);
+      const int local = int(tile - int64_t(NB) * ss.tile_offsets[lo]);
       const int token_tiles = ss.tile_offsets[lo + 1] - ss.tile_offsets[lo];
       s.wb = local / token_tiles;
       s.tb = (p.static_tiles ? 1 : 0) + local % token_tiles;

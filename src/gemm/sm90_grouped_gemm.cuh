@@ -7,7 +7,9 @@
 //   Epilogue        sm90_gemm_epilogue.cuh    combine | swiglu
 // Roles: warpgroup 0 produces (walks the tiles, publishes each tile's meta slot, fills a
 // kStages-deep k-stage ring), warpgroups 1-2 consume (64 weight rows each: MMA per stage, then the
-// epilogue from registers and the meta slot). Persistent: one CTA per SM, launched with PDL.
+// epilogue from registers and the meta slot). A tile has kWaves 128-row weight waves: each k-stage
+// holds all of them, and every consumer runs its 64 rows of each wave in turn (its own
+// accumulator per wave). Persistent: one CTA per SM, launched with PDL.
 #pragma once
 
 #include <cub/block/block_scan.cuh>
@@ -23,21 +25,24 @@
 
 namespace fusedmoe::detail {
 
-template <int kBlockT, int kStages_, GemmWeights kWeights_, GemmRows kRows_, GemmEpilogue kEpi_>
+template <int kBlockT, int kWaves_, int kStages_, GemmWeights kWeights_, GemmRows kRows_,
+          GemmEpilogue kEpi_>
 struct GemmConfig {
   static constexpr GemmWeights kWeights = kWeights_;
   static constexpr GemmRows kRows = kRows_;
   static constexpr GemmEpilogue kEpi = kEpi_;
   static constexpr bool kFp8 = kWeights == GemmWeights::fp8_block;
   static constexpr int kElemBytes = kFp8 ? 1 : 2;
-  static constexpr int BLOCK_W = 128;               // weight rows per tile (2 warpgroups x m64)
+  static constexpr int kWaves = kWaves_;
+  static constexpr int WAVE_W = 128;                // weight rows per wave (2 warpgroups x m64)
+  static constexpr int BLOCK_W = WAVE_W * kWaves;   // weight rows per tile
   static constexpr int BLOCK_T = kBlockT;           // routes per tile (wgmma N)
   static constexpr int BLOCK_K = 128 / kElemBytes;  // one 128-byte swizzle row per stage
   static constexpr int kStages = kStages_;
   static constexpr int kMetaStages = 2;             // tiles the producer may run ahead
   static constexpr int kConsumerWGs = 2;
   static constexpr int kThreads = 128 * (1 + kConsumerWGs);
-  static constexpr int kAccRegs = BLOCK_T / 2;      // (m64, BLOCK_T) fp32 / 128 threads
+  static constexpr int kAccRegs = BLOCK_T / 2;      // per wave: (m64, BLOCK_T) fp32 / 128 threads
   // fp8 activation scales per stage: gathered token rows are quantized per 128 columns, the
   // layer's intermediate (tma rows) per 64.
   static constexpr int kScaleBlocks = !kFp8 ? 0 : kRows == GemmRows::gathered ? 1 : 2;
@@ -47,10 +52,14 @@ struct GemmConfig {
   static constexpr bool kGroupScales = kEpi == GemmEpilogue::swiglu;
   // The producer arrives per thread through cp.async when it copies anything with it.
   static constexpr bool kCpAsync = kRows == GemmRows::gathered || kFp8;
-  // ptxas fits the producer's code into kProducerRegs after setmaxnreg.dec: at 56 it spilled 40
-  // bytes (ptxas -v, BLOCK_T=128 gathered rows: 8 chunk rows + the tile walk); 72 spills nothing
-  // in any config, and 216 leaves the consumers' two accumulators unspilled too.
-  static constexpr int kProducerRegs = 72, kConsumerRegs = 216;
+  // ptxas fits each role's code into its setmaxnreg budget (ptxas -v / --warn-on-spills): the
+  // gathered-rows producer spilled 40 bytes at 56 (8 chunk rows + the tile walk) and nothing at
+  // 72, which leaves the consumers 216: enough for one wave's two fragments, and for two waves'
+  // three (column scales read late, see Mma). The tma-rows producer fits 56, and the two-wave
+  // combine consumer needs the 224 that leaves (16 bytes spilled at 216).
+  static constexpr bool kBigConsumer = kWaves == 2 && kRows == GemmRows::tma;
+  static constexpr int kProducerRegs = kBigConsumer ? 56 : 72;
+  static constexpr int kConsumerRegs = kBigConsumer ? 224 : 216;
   static constexpr int kMaxExperts = kGemmMaxExperts;
   // Decode sizes (BLOCK_T <= 64) can build the schedule inside the kernel from up to this many
   // routes (their ids staged in shared memory): one launch fewer.
@@ -62,7 +71,7 @@ struct GemmConfig {
     uint8_t w[kWBytes];                            // (BLOCK_W, 128 B) weights, 128B swizzle
     uint8_t a[kABytes];                            // (BLOCK_T, 128 B) activations, same swizzle
     float sa[kScaleBlocks > 0 ? kScaleBlocks : 1][BLOCK_T];  // fp8: per (scale block, column)
-    float sb[16];                                  // fp8: weight scale per 8-row group
+    float sb[kWaves][16];                          // fp8: weight scale per wave and 8-row group
   };
   struct TileMeta {
     Segment seg;
@@ -167,7 +176,7 @@ __device__ void consume(const GroupedGemmParams& p, typename Cfg::SharedStorage&
   RingPos<Cfg::kStages> stage;
   RingPos<Cfg::kMetaStages> meta;
   Mma<Cfg> mma;
-  float acc[Cfg::kAccRegs];  // (64 rows, BLOCK_T cols): the running sum of this warpgroup
+  float acc[Cfg::kWaves][Cfg::kAccRegs];  // per wave (64 rows, BLOCK_T cols): the running sums
   for (;;) {
     wait_barrier(&ss.meta_full[meta.idx], meta.phase);
     const typename Cfg::TileMeta& m = ss.meta[meta.idx];
@@ -176,7 +185,9 @@ __device__ void consume(const GroupedGemmParams& p, typename Cfg::SharedStorage&
     // the segment from the slot again (fewer live registers next to the two accumulators).
     const int kb0 = m.seg.kb0, kb1 = m.seg.kb1;
 #pragma unroll
-    for (int i = 0; i < Cfg::kAccRegs; ++i) acc[i] = 0.0f;
+    for (int w = 0; w < Cfg::kWaves; ++w)
+#pragma unroll
+      for (int i = 0; i < Cfg::kAccRegs; ++i) acc[w][i] = 0.0f;
     for (int kb = kb0; kb < kb1; ++kb) {
       wait_barrier(&ss.full[stage.idx], stage.phase);
       // Gathered activations are written by cp.async (generic proxy) and read by wgmma (async
@@ -191,7 +202,13 @@ __device__ void consume(const GroupedGemmParams& p, typename Cfg::SharedStorage&
       mma.stage(ss.stages[stage.idx], acc, wgc, tid, &ss.empty[stage.idx]);
       stage.advance();
     }
-    Epilogue<Cfg>::store(p, m.seg, m, ss, acc, wgc, tid);
+    // Each wave is stored as the 128-row tile it is (weight tile kWaves * wb + w).
+#pragma unroll
+    for (int w = 0; w < Cfg::kWaves; ++w) {
+      Segment sw = m.seg;
+      sw.wb = m.seg.wb * Cfg::kWaves + w;
+      Epilogue<Cfg>::store(p, sw, m, ss, acc[w], wgc, tid);
+    }
     cptx::mbarrier_arrive(&ss.meta_empty[meta.idx]);  // this thread is done with the slot
     meta.advance();
   }
@@ -202,7 +219,8 @@ __device__ void consume(const GroupedGemmParams& p, typename Cfg::SharedStorage&
 // on H100 at T=128 it gave nothing end to end and slowed the GEMM alone (docs/performance.md).
 template <class Cfg>
 __device__ void prefetch_expected_weights(const GroupedGemmParams& p) {
-  const int64_t tiles = int64_t(p.E) * p.NB;
+  const int NB = TileScheduler<Cfg>::weight_tiles(p);
+  const int64_t tiles = int64_t(p.E) * NB;
   const int64_t rr = TileScheduler<Cfg>::whole_tiles(p, tiles, gridDim.x);
   const int64_t tail_units = (tiles - rr) * p.KB;
   const bool whole = blockIdx.x < rr;
@@ -212,7 +230,7 @@ __device__ void prefetch_expected_weights(const GroupedGemmParams& p) {
     const int64_t tile = unit / p.KB;
     if (tile >= tiles) break;
     const int kb = int(unit % p.KB);
-    const int e = int(tile / p.NB), wb = int(tile % p.NB);
+    const int e = int(tile / NB), wb = int(tile % NB);
     const int32_t k_coord = kb * Cfg::BLOCK_K, row_coord = e * p.n_rows + wb * Cfg::BLOCK_W;
     asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n"
                  ::"l"(&p.w_desc), "r"(k_coord), "r"(row_coord) : "memory");
@@ -269,6 +287,11 @@ void launch_grouped_gemm_cfg(const GroupedGemmParams& p, int num_sms, cudaStream
   FMOE_REQUIRE(!Cfg::kFp8 || p.sb_groups == (Cfg::kGroupScales ? 16 : 1),
                "grouped_gemm: this config reads %d fp8 weight scale(s) per tile and k-block, the "
                "parameters say %d", Cfg::kGroupScales ? 16 : 1, p.sb_groups);
+  FMOE_REQUIRE(p.NB % Cfg::kWaves == 0, "grouped_gemm: a config of %d x 128 weight rows per tile "
+               "needs a multiple of %d 128-row weight tiles per expert, got %d", Cfg::kWaves,
+               Cfg::kWaves, p.NB);
+  FMOE_REQUIRE(p.split <= 1 || Cfg::kWaves == 1, "grouped_gemm: split K (%d parts) needs a "
+               "one-wave config", p.split);
   auto kernel = grouped_gemm_kernel<Cfg>;
   FMOE_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  int(Cfg::kSmemBytes)));
@@ -284,11 +307,12 @@ template <GemmWeights kW>
 bool launch_grouped_gemm_of(GemmConfigId id, const GroupedGemmParams& p, int num_sms,
                             cudaStream_t stream) {
   switch (id) {
-#define FMOE_GG(name, bt, stages, weights, rows, epi)                                         \
+#define FMOE_GG(name, bt, waves, stages, weights, rows, epi)                                  \
   case GemmConfigId::name:                                                                    \
     if constexpr (GemmWeights::weights == kW) {                                               \
-      launch_grouped_gemm_cfg<GemmConfig<bt, stages, GemmWeights::weights, GemmRows::rows,    \
-                                         GemmEpilogue::epi>>(p, num_sms, stream);             \
+      launch_grouped_gemm_cfg<GemmConfig<bt, waves, stages, GemmWeights::weights,             \
+                                         GemmRows::rows, GemmEpilogue::epi>>(p, num_sms,      \
+                                                                             stream);         \
       return true;                                                                            \
     }                                                                                         \
     return false;

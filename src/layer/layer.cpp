@@ -483,8 +483,11 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   const GemmFamily up_fam{gw, GemmRows::gathered, GemmEpilogue::swiglu};
   const GemmFamily down_fam{gw, GemmRows::tma, GemmEpilogue::combine};
   const int bt = select_block_t(T, k, E, knobs().force_config, {up_fam, down_fam}, &plan.config_reason);
-  plan.up_config = gemm_config_of(up_fam.weights, up_fam.rows, up_fam.epilogue, bt);
-  plan.down_config = gemm_config_of(down_fam.weights, down_fam.rows, down_fam.epilogue, bt);
+  // Weight waves per GEMM (each has its own count of 128-row weight tiles).
+  const int up_waves = select_waves(up_fam, bt, L.NT1, knobs().force_config, &plan.config_reason);
+  const int down_waves = select_waves(down_fam, bt, L.NB2, knobs().force_config, &plan.config_reason);
+  plan.up_config = gemm_config_of(up_fam.weights, up_fam.rows, up_fam.epilogue, bt, up_waves);
+  plan.down_config = gemm_config_of(down_fam.weights, down_fam.rows, down_fam.epilogue, bt, down_waves);
   const int R = T * L.k_total;
   plan.fused_schedule = knobs().fused_schedule && bt <= 64 && R <= kFusedScheduleRoutes;
   const double hit = 1.0 - std::pow(1.0 - double(k) / E, double(T));  // P(a routed expert is hit)

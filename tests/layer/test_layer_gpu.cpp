@@ -179,13 +179,17 @@ TEST(LayerGpu, GraphReplaysAndDeterminism) {
 }
 
 TEST(LayerGpu, EveryCompiledLayerConfigRuns) {
+  // Each up and each down config forced in turn (the other GEMM takes the default waves of the
+  // forced width). H=256, I=256: both GEMMs have an even number of 128-row weight tiles, so the
+  // two-wave configs run too.
   FMOE_SKIP_WITHOUT_GPU();
   for (int i = 0; i < int(detail::GemmConfigId::count); ++i) {
     const detail::GemmConfigInfo ci = detail::gemm_config_info(detail::GemmConfigId(i));
-    if (ci.epilogue != detail::GemmEpilogue::swiglu) continue;  // one run covers up + down
+    if (ci.rows == detail::GemmRows::gathered && ci.epilogue == detail::GemmEpilogue::combine)
+      continue;  // the projection's configs: tests/moe
     detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, ci.name);
     const Precision p = ci.weights == detail::GemmWeights::bf16 ? Precision::bf16 : Precision::fp8_block;
-    const MoeConfig cfg = scaled(find_preset("qwen3-30b-a3b"), 256, 192, 8, p);
+    const MoeConfig cfg = scaled(find_preset("qwen3-30b-a3b"), 256, 256, 8, p);
     for (ReductionMode m : kModes) run_case(make_case(cfg, 90, m), 1, false);  // ~90 rows per expert
   }
 }
@@ -193,7 +197,7 @@ TEST(LayerGpu, EveryCompiledLayerConfigRuns) {
 TEST(LayerGpu, SanitizerSmall) {
   // For compute-sanitizer (scripts/gpu_check.sh): H=2880 gives GEMM 1 23 k-blocks (every k-stage
   // ring wraps), forced BLOCK_T=128 with ~150 routes per expert gives several token tiles per
-  // expert; fp8 and bf16, both modes; T=4 runs the fused schedule.
+  // expert, with one and two weight waves; fp8 and bf16, both modes; T=4 runs the fused schedule.
   FMOE_SKIP_WITHOUT_GPU();
   for (Precision p : {Precision::fp8_block, Precision::bf16}) {
     const MoeConfig wide = scaled(find_preset("gpt-oss-120b"), 2880, 128, 4, p);
@@ -203,9 +207,14 @@ TEST(LayerGpu, SanitizerSmall) {
       detail::ScopedKnob<bool> on(&detail::Knobs::split_k, true);
       run_case(make_case(split, 1, ReductionMode::fast), 1, false);
     }
-    detail::ScopedKnob<std::string> force(&detail::Knobs::force_config,
-                                          p == Precision::bf16 ? "up_bf16_bt128_s5" : "up_fp8_bt128_s5");
-    const MoeConfig qwen = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 8, p);
-    for (ReductionMode m : kModes) run_case(make_case(qwen, 150, m), 1, false);
+    // BLOCK_T=128 with one wave (up; down takes two), two waves (both), one-wave down.
+    const bool bf = p == Precision::bf16;
+    for (const char* name : {bf ? "up_bf16_bt128_s5" : "up_fp8_bt128_s5",
+                             bf ? "up_bf16_bt128_w2_s3" : "up_fp8_bt128_w2_s4",
+                             bf ? "down_bf16_bt128_s6" : "down_fp8_bt128_s6"}) {
+      detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, name);
+      const MoeConfig qwen = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 8, p);
+      for (ReductionMode m : kModes) run_case(make_case(qwen, 150, m), 1, false);
+    }
   }
 }

@@ -152,7 +152,7 @@ TEST(MoeFp8Gpu, EveryCompiledConfigRuns) {
     detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, c.name);
     for (ReductionMode m : kModes) {
       run_and_check(base(150, 16, 4, 256, 640, m), 1);  // ~37 rows per expert: several tiles at 16
-      run_and_check(base(3, 8, 2, 128, 128, m), 1);
+      run_and_check(base(3, 8, 2, c.waves * 128, 128, m), 1);  // two waves: two 128-row tiles
     }
   }
 }
@@ -333,7 +333,9 @@ TEST(MoeFp8Gpu, SanitizerSmall) {
     run_and_check(base(5, 8, 2, 128, 256, m), 1);
     run_and_check(base(40, 16, 4, 144, 272, m), 1);
     run_and_check(base(9, 4, 2, 128, 2880, m), 1);
-    detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, "proj_fp8_bt128_s6");
-    run_and_check(base(300, 8, 2, 256, 384, m), 1);
+    for (const char* name : {"proj_fp8_bt128_s6", "proj_fp8_bt128_w2_s4"}) {
+      detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, name);
+      run_and_check(base(300, 8, 2, 256, 384, m), 1);
+    }
   }
 }
