@@ -201,6 +201,12 @@ struct Epilogue<Cfg, GemmEpilogue::swiglu> {
                                const typename Cfg::TileMeta& m, typename Cfg::SharedStorage& ss,
                                const float (&acc_in)[Cfg::kAccRegs], int wgc, int tid) {
     auto& sg = ss.staging;
+    // A second wave's store follows the first's with no mainloop (whose barriers order the
+    // staging tile's reuse across tiles) in between: the bf16 path writes the tile before its first
+    // barrier, so wait for every consumer's reads of the previous wave (racecheck: WAR on the tile).
+    if constexpr (!Cfg::kFp8 && Cfg::kWaves > 1) {
+      if (s.wb % Cfg::kWaves != 0) sync_consumers();
+    }
     float acc[Cfg::kAccRegs];
 #pragma unroll
     for (int i = 0; i < Cfg::kAccRegs; ++i) acc[i] = acc_in[i];
