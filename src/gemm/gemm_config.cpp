@@ -48,7 +48,7 @@ GemmConfigId gemm_config_of(GemmWeights w, GemmRows rows, GemmEpilogue epi, int 
                gemm_weights_name(w), family_name(rows, epi), block_t, waves);
 }
 
-int select_waves(const GemmFamily& f, int block_t, int nb, const std::string& forced,
+int select_waves(const GemmFamily& f, int block_t, int nb, int K, const std::string& forced,
                  std::string* reason) {
   int waves = 1;
   const char* why;
@@ -60,16 +60,26 @@ int select_waves(const GemmFamily& f, int block_t, int nb, const std::string& fo
                  forced.c_str(), c.waves, nb, c.waves);
     waves = c.waves;
     why = "forced";
-  } else if (block_t == 128 && nb % 2 == 0) {
-    // Only the widest token tile: there the GEMM is compute-bound and each k-stage's bytes per
-    // FLOP decide (a stage of 256 weight rows feeds twice the wgmmas from the same activations).
-    // Narrower tiles stream weights that each tile uses for few tokens: bytes in flight (more,
-    // smaller stages) matter more there, and 256-row tiles would halve the tiles that fill the SMs.
-    waves = 2;
-    why = "256 weight rows per tile (BLOCK_T=128: compute-bound, fewer bytes per FLOP)";
-  } else {
+  } else if (block_t != 128 || nb % 2 != 0) {
+    // Narrower token tiles stream weights that each tile uses for few tokens: bytes in flight
+    // (more, smaller stages) and enough tiles to fill the SMs matter more there.
     why = block_t == 128 ? "128 weight rows per tile (an odd number of 128-row weight tiles)"
                          : "128 weight rows per tile";
+  } else if (f.epilogue == GemmEpilogue::swiglu) {
+    // BLOCK_T=128 is compute-bound: a stage of 256 weight rows feeds twice the wgmmas from the
+    // same activations. Measured on H100 at T=2048/8192 (docs/performance.md): gate/up -2..-12%
+    // fp8, -22..-32% bf16 (deepseek-v3 T=2048 +2%, within its spread).
+    waves = 2;
+    why = "256 weight rows per tile (BLOCK_T=128: compute-bound, fewer bytes per FLOP)";
+  } else if (K >= 2048 && nb >= 16) {
+    // The combine epilogue (fp32 reductions of the whole tile) does not overlap the mainloop, so
+    // the taller tile pays only where the mainloop is long and the tiles many. Measured on H100:
+    // deepseek-v3's down (K=2048, N=7168) -6..-9% fp8, -12% bf16; qwen3's (K=768/512) +4..+7%
+    // and the qwen3.5 projection (N=512) +3..+7% lose.
+    waves = 2;
+    why = "256 weight rows per tile (BLOCK_T=128, K >= 2048 and N >= 2048)";
+  } else {
+    why = "128 weight rows per tile (combine: K < 2048 or N < 2048, where 256 rows measured slower)";
   }
   if (reason) *reason += std::string(reason->empty() ? "" : "; ") + family_name(f.rows, f.epilogue) + ": " + why;
   return waves;

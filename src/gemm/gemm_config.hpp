@@ -48,10 +48,10 @@ int select_block_t(int T, int k, int E, const std::string& forced,
                    std::initializer_list<GemmFamily> families, std::string* reason);
 
 /// The weight waves (128-row halves of a 256-row tile: 1 or 2) for one GEMM of family `f` with
-/// token tiles of `block_t` and `nb` 128-row weight tiles per expert, with the reason appended
-/// to `reason`. A forced config of this family (FMOE_FORCE_CONFIG) decides; one whose waves do
-/// not divide nb is an Error.
-int select_waves(const GemmFamily& f, int block_t, int nb, const std::string& forced,
+/// token tiles of `block_t`, `nb` 128-row weight tiles per expert and K elements of depth, with
+/// the reason appended to `reason`. A forced config of this family (FMOE_FORCE_CONFIG) decides;
+/// one whose waves do not divide nb is an Error.
+int select_waves(const GemmFamily& f, int block_t, int nb, int K, const std::string& forced,
                  std::string* reason);
 
 }  // namespace fusedmoe::detail

@@ -484,8 +484,8 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   const GemmFamily down_fam{gw, GemmRows::tma, GemmEpilogue::combine};
   const int bt = select_block_t(T, k, E, knobs().force_config, {up_fam, down_fam}, &plan.config_reason);
   // Weight waves per GEMM (each has its own count of 128-row weight tiles).
-  const int up_waves = select_waves(up_fam, bt, L.NT1, knobs().force_config, &plan.config_reason);
-  const int down_waves = select_waves(down_fam, bt, L.NB2, knobs().force_config, &plan.config_reason);
+  const int up_waves = select_waves(up_fam, bt, L.NT1, H, knobs().force_config, &plan.config_reason);
+  const int down_waves = select_waves(down_fam, bt, L.NB2, L.I, knobs().force_config, &plan.config_reason);
   plan.up_config = gemm_config_of(up_fam.weights, up_fam.rows, up_fam.epilogue, bt, up_waves);
   plan.down_config = gemm_config_of(down_fam.weights, down_fam.rows, down_fam.epilogue, bt, down_waves);
   const int R = T * L.k_total;

@@ -89,11 +89,11 @@ size_t moe_fp8_workspace_layout(int max_tokens, int E, int k, int N, int K, Redu
   return layout(max_tokens, E, k, N, K, mode, base, ws);
 }
 
-GemmConfigId select_projection_config(int T, int k, int E, int N, std::string* reason) {
+GemmConfigId select_projection_config(int T, int k, int E, int N, int K, std::string* reason) {
   const GemmFamily fam{GemmWeights::fp8_block, GemmRows::gathered, GemmEpilogue::combine};
   std::string why;
   const int bt = select_block_t(T, k, E, knobs().force_config, {fam}, &why);
-  const int waves = select_waves(fam, bt, int(cdiv(N, 128)), knobs().force_config, &why);
+  const int waves = select_waves(fam, bt, int(cdiv(N, 128)), K, knobs().force_config, &why);
   if (reason) *reason = why;
   return gemm_config_of(fam.weights, fam.rows, fam.epilogue, bt, waves);
 }
@@ -212,7 +212,7 @@ MoeFp8Plan plan_moe_fp8_projection(const MoeFp8ProjectionArgs& a, void* workspac
   const bool det = a.mode == ReductionMode::deterministic;
 
   std::string& reason = plan.config_reason;
-  const GemmConfigId cfg = plan.config = select_projection_config(T, k, E, N, &reason);
+  const GemmConfigId cfg = plan.config = select_projection_config(T, k, E, N, K, &reason);
   const GemmConfigInfo info = gemm_config_info(cfg);
   if (knobs().print_config)
     std::fprintf(stderr, "[fusedmoe] %s T=%d E=%d k=%d N=%d K=%d %s: config %s (%s)\n", kOp, T, E,

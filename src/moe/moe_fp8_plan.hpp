@@ -43,7 +43,8 @@ size_t moe_fp8_workspace_layout(int max_tokens, int E, int k, int N, int K, Redu
 
 /// The projection's GEMM config: token-tile width from the expected routes per expert (reasons
 /// in src/gemm/gemm_config.cpp); FMOE_FORCE_CONFIG=<name> overrides, FMOE_PRINT_CONFIG=1 prints.
-GemmConfigId select_projection_config(int T, int k, int E, int N, std::string* reason = nullptr);
+GemmConfigId select_projection_config(int T, int k, int E, int N, int K,
+                                      std::string* reason = nullptr);
 
 /// Everything one call launches, validated and laid out: moe_fp8_projection = plan + the four
 /// stages in order. Benchmarks and tests also run a stage alone (then they own the order; the

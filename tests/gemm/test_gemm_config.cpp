@@ -53,23 +53,35 @@ TEST(GemmConfig, EveryFamilyHasEveryWidthAndNamesAreUnique) {
                      "no compiled bf16 projection (gathered rows, combine) config with BLOCK_T=16");
 }
 
-TEST(GemmConfig, WavesDoubleTheWeightTileOnlyAtTheWidestTokenTile) {
+TEST(GemmConfig, WavesDoubleTheWeightTileWhereMeasuredFaster) {
   for (const GemmFamily& f : {kProjection, kUpFp8, kDownFp8, kUpBf16, kDownBf16}) {
     std::string why;
-    EXPECT_EQ(select_waves(f, 128, 56, "", &why), 2);  // deepseek-v3 down: 7168 / 128
+    // deepseek-v3's down (N=7168: 56 tiles, K=2048) and gate/up: two waves at BLOCK_T=128.
+    EXPECT_EQ(select_waves(f, 128, 56, 2048, "", &why), 2);
     EXPECT_NE(why.find("256 weight rows"), std::string::npos) << why;
-    EXPECT_EQ(select_waves(f, 128, 23, "", nullptr), 1);  // gpt-oss down: 2880 -> 23 tiles
-    EXPECT_EQ(select_waves(f, 64, 56, "", nullptr), 1);
-    EXPECT_EQ(select_waves(f, 16, 32, "", nullptr), 1);
+    EXPECT_EQ(select_waves(f, 128, 23, 7168, "", nullptr), 1);  // gpt-oss down: 2880 -> 23 tiles
+    EXPECT_EQ(select_waves(f, 64, 56, 7168, "", nullptr), 1);
+    EXPECT_EQ(select_waves(f, 16, 32, 7168, "", nullptr), 1);
     // Every family has a two-wave config at BLOCK_T=128 and a one-wave one at every width.
     const GemmConfigInfo c = gemm_config_info(gemm_config_of(f.weights, f.rows, f.epilogue, 128, 2));
     EXPECT_EQ(c.waves, 2);
     EXPECT_EQ(c.block_t, 128);
   }
+  // The combine epilogue is not overlapped: short K or few weight tiles keep one wave (qwen3's
+  // down: K=768; the qwen3.5 projection: N=512), the gate/up GEMM takes two there.
+  for (const GemmFamily& f : {kProjection, kDownFp8, kDownBf16}) {
+    EXPECT_EQ(select_waves(f, 128, 16, 768, "", nullptr), 1);
+    EXPECT_EQ(select_waves(f, 128, 4, 2048, "", nullptr), 1);
+  }
+  for (const GemmFamily& f : {kUpFp8, kUpBf16}) {
+    EXPECT_EQ(select_waves(f, 128, 12, 2048, "", nullptr), 2);
+    EXPECT_EQ(select_waves(f, 128, 4, 512, "", nullptr), 2);
+  }
   // A forced config decides for its own family, and must fit the weight tiles.
-  EXPECT_EQ(select_waves(kDownFp8, 128, 56, "down_fp8_bt128_s6", nullptr), 1);
-  EXPECT_EQ(select_waves(kUpFp8, 128, 32, "down_fp8_bt128_s6", nullptr), 2);  // not its family
-  test::expect_error([] { select_waves(kDownFp8, 128, 23, "down_fp8_bt128_w2_s4", nullptr); },
+  EXPECT_EQ(select_waves(kDownFp8, 128, 56, 2048, "down_fp8_bt128_s6", nullptr), 1);
+  EXPECT_EQ(select_waves(kDownFp8, 128, 16, 768, "down_fp8_bt128_w2_s4", nullptr), 2);
+  EXPECT_EQ(select_waves(kUpFp8, 128, 32, 7168, "down_fp8_bt128_s6", nullptr), 2);  // not its family
+  test::expect_error([] { select_waves(kDownFp8, 128, 23, 2880, "down_fp8_bt128_w2_s4", nullptr); },
                      "has 23 128-row weight tiles per expert, not a multiple of 2");
 }
 

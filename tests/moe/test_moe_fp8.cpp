@@ -36,14 +36,14 @@ TEST(MoeFp8Config, ProjectionPicksItsFamily) {
   for (int T : {1, 128, 512, 1024, 4096}) {
     std::string why;
     const detail::GemmConfigInfo c =
-        detail::gemm_config_info(detail::select_projection_config(T, 8, 256, 512, &why));
+        detail::gemm_config_info(detail::select_projection_config(T, 8, 256, 512, 2048, &why));
     EXPECT_EQ(c.weights, detail::GemmWeights::fp8_block);
     EXPECT_EQ(c.rows, detail::GemmRows::gathered);
     EXPECT_EQ(c.epilogue, detail::GemmEpilogue::combine);
     EXPECT_FALSE(why.empty());
   }
   detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, "down_fp8_bt32_s9");
-  test::expect_error([] { detail::select_projection_config(7, 2, 8, 256); },
+  test::expect_error([] { detail::select_projection_config(7, 2, 8, 256, 256); },
                      "is a fp8 down (tma rows, combine) config; this call runs fp8 projection");
 }
 
