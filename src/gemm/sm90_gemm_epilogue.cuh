@@ -9,7 +9,6 @@
 #include <cuda_fp8.h>
 
 #include <cuda/atomic>
-#include <cuda/ptx>
 
 #include "common/ptx/sm90_ptx.cuh"
 #include "gemm/sm90_gemm_scheduler.cuh"
@@ -62,64 +61,9 @@ struct Epilogue<Cfg, GemmEpilogue::combine> {
     }
   }
 
-  // The asynchronous path: stage the wave's (output row, column) values in shared memory, then
-  // one warp issues one bulk reduction (fast) or bulk store (deterministic) per column: the
-  // column's contiguous outputs n0 .. n0 + width of its output row. The consumers go on to the
-  // next tile while the copies run; the staging tile is reused once they have read it.
-  __device__ static void sync_consumers() { asm volatile("bar.sync 2, 256;\n" ::: "memory"); }
-
-  __device__ static void store_bulk(const GroupedGemmParams& p, const Segment& s,
-                                    const typename Cfg::TileMeta& m, typename Cfg::SharedStorage& ss,
-                                    const float (&acc)[Cfg::kAccRegs], int wgc, int tid) {
-    namespace cptx = cuda::ptx;
-    auto& stg = ss.combine_staging.cols;
-    const int warp = tid / 32, lane = tid % 32;
-    const bool issuer = wgc == 0 && warp == 0;  // its lanes issue (and later wait for) the copies
-    if (issuer) cptx::cp_async_bulk_wait_group_read(cptx::n32_t<0>{});  // previous wave's reads
-    sync_consumers();
-    const bool paired = p.paired_rows;
-    const int local_a = 64 * wgc + 16 * warp + (paired ? 2 * (lane / 4) : lane / 4);
-    const int local_b = paired ? local_a + 1 : local_a + 8;
-    const int n0 = s.wb * Cfg::WAVE_W;
-    float bias_a = 0.0f, bias_b = 0.0f;
-    if (p.bias && s.kb0 == 0) {
-      const float* b = p.bias + int64_t(s.e) * p.N;
-      bias_a = n0 + local_a < p.N ? b[n0 + local_a] : 0.0f;
-      bias_b = n0 + local_b < p.N ? b[n0 + local_b] : 0.0f;
-    }
-#pragma unroll
-    for (int b = 0; b < Cfg::BLOCK_T / 8; ++b) {
-      const int col = 8 * b + 2 * (lane % 4);
-      const float2 ws = *reinterpret_cast<const float2*>(&m.col_weight[col]);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float w = h == 0 ? ws.x : ws.y;
-        stg[col + h][local_a] = (acc[4 * b + h] + bias_a) * w;
-        stg[col + h][local_b] = (acc[4 * b + 2 + h] + bias_b) * w;
-      }
-    }
-    cptx::fence_proxy_async(cptx::space_shared);  // the writes above, to the bulk copies' proxy
-    sync_consumers();
-    if (issuer) {
-      const uint32_t bytes = uint32_t(min(Cfg::WAVE_W, p.N - n0)) * 4;  // N % 4 == 0: 16-byte rows
-      for (int c = lane; c < s.nrows; c += 32) {
-        const int r = m.col_out[c];
-        if (r < 0) continue;
-        float* dst = p.out + int64_t(r) * p.N + n0;
-        if (p.deterministic) cptx::cp_async_bulk(cptx::space_global, cptx::space_shared, dst, stg[c], bytes);
-        else cptx::cp_reduce_async_bulk(cptx::space_global, cptx::space_shared, cptx::op_add, dst, stg[c], bytes);
-      }
-      cptx::cp_async_bulk_commit_group();
-    }
-  }
-
   __device__ static void store(const GroupedGemmParams& p, const Segment& s,
-                               const typename Cfg::TileMeta& m, typename Cfg::SharedStorage& ss,
+                               const typename Cfg::TileMeta& m, typename Cfg::SharedStorage&,
                                const float (&acc)[Cfg::kAccRegs], int wgc, int tid) {
-    if constexpr (Cfg::kBulkCombine) {
-      // Bulk copies move 16-byte multiples from 16-byte aligned rows.
-      if (p.N % 4 == 0) return store_bulk(p, s, m, ss, acc, wgc, tid);
-    }
     const int warp = tid / 32, lane = tid % 32;
     const int group = s.wb * Cfg::WAVE_W + 64 * wgc + 16 * warp;  // this warp's 16 weight rows
     // The outputs of this thread's two rows (lane/4 and lane/4 + 8 of the group).

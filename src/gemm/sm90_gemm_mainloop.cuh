@@ -29,8 +29,7 @@ struct WeightLoader {
   // scales of each wave by cp.async (one thread each; with one scale per 128-row tile every group
   // of the wave reads the same float).
   __device__ static void issue(const GroupedGemmParams& p, const Segment& s, int kb,
-                               typename Cfg::Stage& st,
-                        typename Cfg::StageScales& sc, uint64_t* full, int tid) {
+                               typename Cfg::Stage& st, uint64_t* full, int tid) {
     namespace cptx = cuda::ptx;
     if (tid == 0) {
 #pragma unroll
@@ -46,7 +45,7 @@ struct WeightLoader {
       if (tid < Cfg::kWaves * kScales) {
         const int w = tid / kScales, g = tid % kScales;
         const int64_t tile_kb = (int64_t(s.e) * p.NB + s.wb * Cfg::kWaves + w) * p.KB + kb;
-        ptx::cp_async_4(ptx::smem_addr(&sc.sb[w][g]), p.w_scale + tile_kb * kScales + g, 4);
+        ptx::cp_async_4(ptx::smem_addr(&st.sb[w][g]), p.w_scale + tile_kb * kScales + g, 4);
       }
     }
   }
@@ -88,8 +87,7 @@ struct RowLoader<Cfg, GemmRows::gathered> {
   }
 
   __device__ void issue(const GroupedGemmParams& p, const Segment& s, int kb,
-                        typename Cfg::Stage& st,
-                        typename Cfg::StageScales& sc, uint64_t* full, int tid) const {
+                        typename Cfg::Stage& st, uint64_t* full, int tid) const {
     const int chunk = tid % 8;
     const int64_t k_off = int64_t(kb) * 128;
     // Zero-fill padding columns (beyond K) and absent rows: no garbage (or NaN codes) ever meets
@@ -107,7 +105,7 @@ struct RowLoader<Cfg, GemmRows::gathered> {
     }
     if constexpr (Cfg::kFp8) {
       if (tid < Cfg::BLOCK_T)
-        ptx::cp_async_4(ptx::smem_addr(&sc.sa[0][tid]), scale ? scale + kb : p.sa, scale ? 4 : 0);
+        ptx::cp_async_4(ptx::smem_addr(&st.sa[0][tid]), scale ? scale + kb : p.sa, scale ? 4 : 0);
     }
   }
 };
@@ -121,8 +119,7 @@ struct RowLoader<Cfg, GemmRows::tma> {
   __device__ RowLoader(const GroupedGemmParams&, const typename Cfg::TileMeta&, int) {}
 
   __device__ void issue(const GroupedGemmParams& p, const Segment& s, int kb,
-                        typename Cfg::Stage& st,
-                        typename Cfg::StageScales& sc, uint64_t* full, int tid) const {
+                        typename Cfg::Stage& st, uint64_t* full, int tid) const {
     namespace cptx = cuda::ptx;
     if (tid == 0) {
       const int32_t coords[2] = {kb * Cfg::BLOCK_K, s.row0};
@@ -139,7 +136,7 @@ struct RowLoader<Cfg, GemmRows::tma> {
           // A K tail inside the last block has fewer blocks: clamp the read, zero the scale.
           const bool in_k = blk * 64 < p.K;
           const float* src = p.sa + (ok && in_k ? int64_t(s.row0 + tid) * p.sa_ld + blk : 0);
-          ptx::cp_async_4(ptx::smem_addr(&sc.sa[b][tid]), src, ok && in_k ? 4 : 0);
+          ptx::cp_async_4(ptx::smem_addr(&st.sa[b][tid]), src, ok && in_k ? 4 : 0);
         }
       }
     }
@@ -168,8 +165,7 @@ struct Mma<Cfg, true> {
   static constexpr int kCols = Cfg::BLOCK_T / 8;  // this thread's column pairs
   float part[Cfg::kAccRegs];  // (64 rows, BLOCK_T cols) for one scale block, before scaling
 
-  __device__ void stage(const typename Cfg::Stage& st, const typename Cfg::StageScales& sc,
-                        float (&acc)[Cfg::kWaves][Cfg::kAccRegs],
+  __device__ void stage(const typename Cfg::Stage& st, float (&acc)[Cfg::kWaves][Cfg::kAccRegs],
                         int wgc, int tid, uint64_t* empty) {
     using W = ptx::WgmmaFp8<Cfg::BLOCK_T>;
     const int warp = tid / 32, lane = tid % 32;
@@ -192,7 +188,7 @@ struct Mma<Cfg, true> {
       // column scale).
       constexpr bool kEarly = Cfg::kWaves == 1;
       auto col_scales = [&](int b) {
-        return *reinterpret_cast<const float2*>(&sc.sa[blk][8 * b + 2 * (lane % 4)]);
+        return *reinterpret_cast<const float2*>(&st.sa[blk][8 * b + 2 * (lane % 4)]);
       };
       float2 sa[kEarly ? kCols : 1];
       if constexpr (kEarly) {
@@ -201,10 +197,10 @@ struct Mma<Cfg, true> {
       }
       float sb_a, sb_b;
       if constexpr (Cfg::kGroupScales) {
-        sb_a = sc.sb[wave][(4 * wgc + warp) * 2];
-        sb_b = sc.sb[wave][(4 * wgc + warp) * 2 + 1];
+        sb_a = st.sb[wave][(4 * wgc + warp) * 2];
+        sb_b = st.sb[wave][(4 * wgc + warp) * 2 + 1];
       } else {
-        sb_a = sb_b = sc.sb[wave][0];
+        sb_a = sb_b = st.sb[wave][0];
       }
       ptx::wgmma_wait<0>();
 #pragma unroll
@@ -238,8 +234,7 @@ struct Mma<Cfg, true> {
 // wave's wgmmas go out as one batch.
 template <class Cfg>
 struct Mma<Cfg, false> {
-  __device__ void stage(const typename Cfg::Stage& st, const typename Cfg::StageScales& sc,
-                        float (&acc)[Cfg::kWaves][Cfg::kAccRegs],
+  __device__ void stage(const typename Cfg::Stage& st, float (&acc)[Cfg::kWaves][Cfg::kAccRegs],
                         int wgc, int tid, uint64_t* empty) {
     using W = ptx::WgmmaBf16<Cfg::BLOCK_T>;
     const uint64_t desc_a = ptx::smem_desc_k128b(st.a);

@@ -70,10 +70,6 @@ struct GemmConfig {
   struct alignas(1024) Stage {
     uint8_t w[kWBytes];                            // (BLOCK_W, 128 B) weights, 128B swizzle
     uint8_t a[kABytes];                            // (BLOCK_T, 128 B) activations, same swizzle
-  };
-  // A stage's fp8 scales, outside the 1024-aligned operand tiles (inside, each stage rounded up
-  // to the next KB).
-  struct StageScales {
     float sa[kScaleBlocks > 0 ? kScaleBlocks : 1][BLOCK_T];  // fp8: per (scale block, column)
     float sb[kWaves][16];                          // fp8: weight scale per wave and 8-row group
   };
@@ -84,16 +80,6 @@ struct GemmConfig {
                                           // route in deterministic mode), -1: absent
     alignas(8) float col_weight[BLOCK_T];  // combine: routing weight of each column
   };
-  // combine at BLOCK_T=128 (prefill): the wave's outputs leave through shared memory by bulk
-  // reductions (or bulk stores in deterministic mode), which run while the next tile's mainloop
-  // does (measured: the inline reductions were ~30% of the down GEMM, docs/performance.md).
-  static constexpr bool kBulkCombine = kEpi == GemmEpilogue::combine && BLOCK_T == 128;
-  static constexpr int kCombineLd = WAVE_W + 4;  // floats per staged column: 16-byte aligned rows,
-                                                 // and the 4 column pairs of a warp's store fall
-                                                 // on different banks
-  struct CombineStaging {  // one wave: column c's outputs n0 .. n0 + 127 in cols[c]
-    alignas(128) float cols[BLOCK_T][kCombineLd];
-  };
   struct Staging {  // swiglu: one tile of the intermediate on its way out
     alignas(16) uint8_t tile[BLOCK_T][64 * kElemBytes];
     float amax[8][BLOCK_T];
@@ -102,7 +88,6 @@ struct GemmConfig {
   };
   struct SharedStorage {
     Stage stages[kStages];
-    StageScales scales[kStages];
     TileMeta meta[kMetaStages];
     int32_t tile_offsets[kMaxExperts + 1];   // the schedule, copied (or built) once per CTA:
     int32_t route_offsets[kMaxExperts + 1];  // the tile walk's search runs on shared memory
@@ -111,7 +96,6 @@ struct GemmConfig {
     int32_t warp_count[4];                             // fused schedule: matches per producer warp
     typename cub::BlockScan<int, kThreads>::TempStorage scan;
     std::conditional_t<kEpi == GemmEpilogue::swiglu, Staging, char> staging;
-    std::conditional_t<kBulkCombine, CombineStaging, char> combine_staging;
     uint64_t full[kStages];        // producer -> consumers: TMA bytes (+ 128 cp.async arrivals)
     uint64_t empty[kStages];       // consumers -> producer: one arrival per consumer thread
     uint64_t meta_full[kMetaStages];   // producer -> consumers: 128 arrivals (each releases its writes)
@@ -174,9 +158,8 @@ __device__ void produce(const GroupedGemmParams& p, typename Cfg::SharedStorage&
         cptx::mbarrier_arrive_expect_tx(cptx::sem_release, cptx::scope_cta, cptx::space_shared,
                                         full, tx_bytes);
       }
-      typename Cfg::StageScales& sc = ss.scales[stage.idx];
-      WeightLoader<Cfg>::issue(p, s, kb, st, sc, full, tid);
-      rows.issue(p, s, kb, st, sc, full, tid);
+      WeightLoader<Cfg>::issue(p, s, kb, st, full, tid);
+      rows.issue(p, s, kb, st, full, tid);
       // Arrives once this thread's cp.async copies above have landed.
       if constexpr (Cfg::kCpAsync) cptx::cp_async_mbarrier_arrive_noinc(full);
       stage.advance();
@@ -216,7 +199,7 @@ __device__ void consume(const GroupedGemmParams& p, typename Cfg::SharedStorage&
       // (release): one arrival per warp after __syncwarp orders the other lanes' reads only
       // through cumulativity, which compute-sanitizer's racecheck does not follow (it reported
       // the producer's next cp.async into the scale slots as a WAR hazard).
-      mma.stage(ss.stages[stage.idx], ss.scales[stage.idx], acc, wgc, tid, &ss.empty[stage.idx]);
+      mma.stage(ss.stages[stage.idx], acc, wgc, tid, &ss.empty[stage.idx]);
       stage.advance();
     }
     // Each wave is stored as the 128-row tile it is (weight tile kWaves * wb + w).
@@ -229,9 +212,6 @@ __device__ void consume(const GroupedGemmParams& p, typename Cfg::SharedStorage&
     cptx::mbarrier_arrive(&ss.meta_empty[meta.idx]);  // this thread is done with the slot
     meta.advance();
   }
-  // The epilogue's bulk copies read shared memory and write the output after their issue: done
-  // before the CTA exits.
-  if constexpr (Cfg::kBulkCombine) cptx::cp_async_bulk_wait_group(cptx::n32_t<0>{});
 }
 
 // L2 prefetch of the weights this CTA will stream first, issued before the schedule exists: with

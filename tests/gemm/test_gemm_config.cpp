@@ -78,10 +78,10 @@ TEST(GemmConfig, WavesDoubleTheWeightTileWhereMeasuredFaster) {
     EXPECT_EQ(select_waves(f, 128, 4, 512, "", nullptr), 2);
   }
   // A forced config decides for its own family, and must fit the weight tiles.
-  EXPECT_EQ(select_waves(kDownFp8, 128, 56, 2048, "down_fp8_bt128_s4", nullptr), 1);
-  EXPECT_EQ(select_waves(kDownFp8, 128, 16, 768, "down_fp8_bt128_w2_s3", nullptr), 2);
-  EXPECT_EQ(select_waves(kUpFp8, 128, 32, 7168, "down_fp8_bt128_s4", nullptr), 2);  // not its family
-  test::expect_error([] { select_waves(kDownFp8, 128, 23, 2880, "down_fp8_bt128_w2_s3", nullptr); },
+  EXPECT_EQ(select_waves(kDownFp8, 128, 56, 2048, "down_fp8_bt128_s6", nullptr), 1);
+  EXPECT_EQ(select_waves(kDownFp8, 128, 16, 768, "down_fp8_bt128_w2_s4", nullptr), 2);
+  EXPECT_EQ(select_waves(kUpFp8, 128, 32, 7168, "down_fp8_bt128_s6", nullptr), 2);  // not its family
+  test::expect_error([] { select_waves(kDownFp8, 128, 23, 2880, "down_fp8_bt128_w2_s4", nullptr); },
                      "has 23 128-row weight tiles per expert, not a multiple of 2");
 }
 

@@ -211,7 +211,7 @@ TEST(LayerGpu, SanitizerSmall) {
     const bool bf = p == Precision::bf16;
     for (const char* name : {bf ? "up_bf16_bt128_s5" : "up_fp8_bt128_s5",
                              bf ? "up_bf16_bt128_w2_s3" : "up_fp8_bt128_w2_s4",
-                             bf ? "down_bf16_bt128_s4" : "down_fp8_bt128_s4"}) {
+                             bf ? "down_bf16_bt128_s6" : "down_fp8_bt128_s6"}) {
       detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, name);
       const MoeConfig qwen = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 8, p);
       for (ReductionMode m : kModes) run_case(make_case(qwen, 150, m), 1, false);
