@@ -172,60 +172,60 @@ struct Mma<Cfg, true> {
     const uint64_t desc_a = ptx::smem_desc_k128b(st.a);
 #pragma unroll
     for (int wave = 0; wave < Cfg::kWaves; ++wave) {
-    const uint64_t desc_w = ptx::smem_desc_k128b(st.w + (wave * Cfg::WAVE_W + wgc * 64) * 128);
+      const uint64_t desc_w = ptx::smem_desc_k128b(st.w + (wave * Cfg::WAVE_W + wgc * 64) * 128);
 #pragma unroll
-    for (int blk = 0; blk < Cfg::kScaleBlocks; ++blk) {
+      for (int blk = 0; blk < Cfg::kScaleBlocks; ++blk) {
 #pragma unroll
-      for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(part[i]);
-      ptx::wgmma_fence();
+        for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(part[i]);
+        ptx::wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kSteps; ++kk)  // 32 bytes of K = 2 in descriptor units
-        W::mma(desc_w + 2 * (blk * kSteps + kk), desc_a + 2 * (blk * kSteps + kk), part, kk > 0);
-      ptx::wgmma_commit();
-      // While the wgmmas run: this thread's column scales (adjacent pairs, 8-byte loads; one wave
-      // only) and row scales. Per 8-row group (the layer's gate/up pairs: the thread's two rows
-      // differ), or one per tile (DeepSeek's 128x128 blocks: both rows share it, folded into the
-      // column scale).
-      constexpr bool kEarly = Cfg::kWaves == 1;
-      auto col_scales = [&](int b) {
-        return *reinterpret_cast<const float2*>(&st.sa[blk][8 * b + 2 * (lane % 4)]);
-      };
-      float2 sa[kEarly ? kCols : 1];
-      if constexpr (kEarly) {
+        for (int kk = 0; kk < kSteps; ++kk)  // 32 bytes of K = 2 in descriptor units
+          W::mma(desc_w + 2 * (blk * kSteps + kk), desc_a + 2 * (blk * kSteps + kk), part, kk > 0);
+        ptx::wgmma_commit();
+        // While the wgmmas run: this thread's column scales (adjacent pairs, 8-byte loads; one wave
+        // only) and row scales. Per 8-row group (the layer's gate/up pairs: the thread's two rows
+        // differ), or one per tile (DeepSeek's 128x128 blocks: both rows share it, folded into the
+        // column scale).
+        constexpr bool kEarly = Cfg::kWaves == 1;
+        auto col_scales = [&](int b) {
+          return *reinterpret_cast<const float2*>(&st.sa[blk][8 * b + 2 * (lane % 4)]);
+        };
+        float2 sa[kEarly ? kCols : 1];
+        if constexpr (kEarly) {
 #pragma unroll
-        for (int b = 0; b < kCols; ++b) sa[b] = col_scales(b);
-      }
-      float sb_a, sb_b;
-      if constexpr (Cfg::kGroupScales) {
-        sb_a = st.sb[wave][(4 * wgc + warp) * 2];
-        sb_b = st.sb[wave][(4 * wgc + warp) * 2 + 1];
-      } else {
-        sb_a = sb_b = st.sb[wave][0];
-      }
-      ptx::wgmma_wait<0>();
+          for (int b = 0; b < kCols; ++b) sa[b] = col_scales(b);
+        }
+        float sb_a, sb_b;
+        if constexpr (Cfg::kGroupScales) {
+          sb_a = st.sb[wave][(4 * wgc + warp) * 2];
+          sb_b = st.sb[wave][(4 * wgc + warp) * 2 + 1];
+        } else {
+          sb_a = sb_b = st.sb[wave][0];
+        }
+        ptx::wgmma_wait<0>();
 #pragma unroll
-      for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(part[i]);
-      const bool last = wave == Cfg::kWaves - 1 && blk == Cfg::kScaleBlocks - 1;
-      if (kEarly && last) cuda::ptx::mbarrier_arrive(empty);
+        for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(part[i]);
+        const bool last = wave == Cfg::kWaves - 1 && blk == Cfg::kScaleBlocks - 1;
+        if (kEarly && last) cuda::ptx::mbarrier_arrive(empty);
 #pragma unroll
-      for (int b = 0; b < kCols; ++b) {
-        const float2 sab = kEarly ? sa[kEarly ? b : 0] : col_scales(b);
+        for (int b = 0; b < kCols; ++b) {
+          const float2 sab = kEarly ? sa[kEarly ? b : 0] : col_scales(b);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float s = h == 0 ? sab.x : sab.y;
-          float* a = acc[wave];
-          if constexpr (Cfg::kGroupScales) {
-            a[4 * b + h] = fmaf(part[4 * b + h], sb_a * s, a[4 * b + h]);
-            a[4 * b + 2 + h] = fmaf(part[4 * b + 2 + h], sb_b * s, a[4 * b + 2 + h]);
-          } else {
-            const float sc = sb_a * s;
-            a[4 * b + h] = fmaf(part[4 * b + h], sc, a[4 * b + h]);
-            a[4 * b + 2 + h] = fmaf(part[4 * b + 2 + h], sc, a[4 * b + 2 + h]);
+          for (int h = 0; h < 2; ++h) {
+            const float s = h == 0 ? sab.x : sab.y;
+            float* a = acc[wave];
+            if constexpr (Cfg::kGroupScales) {
+              a[4 * b + h] = fmaf(part[4 * b + h], sb_a * s, a[4 * b + h]);
+              a[4 * b + 2 + h] = fmaf(part[4 * b + 2 + h], sb_b * s, a[4 * b + 2 + h]);
+            } else {
+              const float sc = sb_a * s;
+              a[4 * b + h] = fmaf(part[4 * b + h], sc, a[4 * b + h]);
+              a[4 * b + 2 + h] = fmaf(part[4 * b + 2 + h], sc, a[4 * b + 2 + h]);
+            }
           }
         }
+        if (!kEarly && last) cuda::ptx::mbarrier_arrive(empty);
       }
-      if (!kEarly && last) cuda::ptx::mbarrier_arrive(empty);
-    }
     }
   }
 };
