@@ -102,6 +102,15 @@ constexpr const char* kNoCheck =
     "  check    : none needed (the CPU reference is the oracle other backends are checked "
     "against)\n";
 
+// Without a GPU, `run` reports the CPU reference itself and stops (projection and layer alike).
+template <class V>
+int report_cpu_only(double t_ref, const char* what, int rows, int cols, const V& y) {
+  std::printf("  time     : %.3f s for the CPU reference%s\n", t_ref, what);
+  print_output(rows, cols, to_bf16_bits(y));
+  std::printf("%s", kNoCheck);
+  return 0;
+}
+
 #if defined(FMOE_HAS_CUDA)
 // The projection on the GPU: the output of the first call and of the last CUDA-graph replay.
 struct GpuProjection {
@@ -207,12 +216,7 @@ int run_projection(const MoeConfig& cfg, int T, uint64_t seed, const std::string
       ref::moe_projection(s.routing, in.x.data(), in.logits.data(), in.bias_or_null(), T, s.k, w);
   const double t_ref = seconds_since(t0);
   print_routing(want.routing, s.E);
-  if (!on_gpu) {
-    std::printf("  time     : %.3f s for the CPU reference\n", t_ref);
-    print_output(T, s.N, to_bf16_bits(want.y));
-    std::printf("%s", kNoCheck);
-    return 0;
-  }
+  if (!on_gpu) return report_cpu_only(t_ref, "", T, s.N, want.y);
 #if defined(FMOE_HAS_CUDA)
   std::printf("  reference: %.3f s on the CPU\n", t_ref);
   print_output(T, s.N, gpu->y_first);
@@ -418,12 +422,7 @@ int cmd_run(const std::vector<std::string>& argv) {
   const double t_ref = seconds_since(t0);
 
   print_routing(res.routing, cfg.num_experts);
-  if (!on_gpu) {
-    std::printf("  time     : %.3f s for the CPU reference forward\n", t_ref);
-    print_output(T, cfg.hidden, to_bf16_bits(res.y));
-    std::printf("%s", kNoCheck);
-    return 0;
-  }
+  if (!on_gpu) return report_cpu_only(t_ref, " forward", T, cfg.hidden, res.y);
 #if defined(FMOE_HAS_CUDA)
   std::printf("  reference: %.3f s on the CPU\n", t_ref);
   print_output(T, cfg.hidden, y_gpu_first);
