@@ -10,8 +10,9 @@ GemmConfigInfo gemm_config_info(GemmConfigId id) {
   using R = GemmRows;
   using Ep = GemmEpilogue;
   switch (id) {
-#define FMOE_GG(name, bt, waves, stages, weights, rows, epi) \
-  case GemmConfigId::name: return {#name, bt, waves, stages, W::weights, R::rows, Ep::epi};
+#define FMOE_GG(name, bt, waves, stages, weights, rows, epi, operands) \
+  case GemmConfigId::name:                                              \
+    return {#name, bt, waves, stages, W::weights, R::rows, Ep::epi, GemmOperands::operands};
 #include "gemm/gemm_configs.def"
 #undef FMOE_GG
     default: break;
@@ -38,14 +39,40 @@ bool same_family(const GemmConfigInfo& c, const GemmFamily& f) {
 }  // namespace
 
 GemmConfigId gemm_config_of(GemmWeights w, GemmRows rows, GemmEpilogue epi, int block_t,
-                            int waves) {
+                            int waves, GemmOperands operands) {
   for (int i = 0; i < int(GemmConfigId::count); ++i) {
     const GemmConfigInfo c = gemm_config_info(GemmConfigId(i));
-    if (c.block_t == block_t && c.waves == waves && same_family(c, {w, rows, epi}))
+    if (c.block_t == block_t && c.waves == waves && c.operands == operands &&
+        same_family(c, {w, rows, epi}))
       return GemmConfigId(i);
   }
-  FMOE_REQUIRE(false, "grouped_gemm: no compiled %s %s config with BLOCK_T=%d and %d weight wave(s)",
-               gemm_weights_name(w), family_name(rows, epi), block_t, waves);
+  FMOE_REQUIRE(false, "grouped_gemm: no compiled %s %s config with BLOCK_T=%d, %d weight wave(s) "
+               "and %s as wgmma's M side", gemm_weights_name(w), family_name(rows, epi), block_t,
+               waves, operands == GemmOperands::tokens_m ? "tokens" : "weights");
+}
+
+GemmOperands select_operands(const GemmFamily& f, int block_t, bool two_scales,
+                             const std::string& forced, std::string* reason) {
+  GemmOperands o = GemmOperands::weights_m;
+  const char* why = nullptr;
+  const GemmConfigId id = forced.empty() ? GemmConfigId::count : gemm_config_by_name(forced);
+  if (id != GemmConfigId::count && same_family(gemm_config_info(id), f)) {
+    o = gemm_config_info(id).operands;
+    FMOE_REQUIRE(o == GemmOperands::weights_m || two_scales,
+                 "FMOE_FORCE_CONFIG=%s puts tokens on wgmma's M side, which needs one fp8 weight "
+                 "scale per 64-row gate half and up half of each 128-row wave; these weights' "
+                 "scales differ within a half (an intermediate size that is not a multiple of 64)",
+                 forced.c_str());
+    why = "forced";
+  } else if (f.weights == GemmWeights::fp8_block && f.epilogue == GemmEpilogue::swiglu &&
+             block_t == 128 && two_scales) {
+    // The per-block promotion is the mainloop's largest cost with weights as M (32 column
+    // scales per thread and block): tokens as M need two products per thread and block.
+    o = GemmOperands::tokens_m;
+    why = "tokens as wgmma's M side (fp8 promotion by two products per thread and block)";
+  }
+  if (reason && why) *reason += std::string(reason->empty() ? "" : "; ") + family_name(f.rows, f.epilogue) + ": " + why;
+  return o;
 }
 
 int select_waves(const GemmFamily& f, int block_t, int nb, int K, const std::string& forced,

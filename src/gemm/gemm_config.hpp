@@ -9,9 +9,11 @@ namespace fusedmoe::detail {
 enum class GemmWeights : int { fp8_block, bf16 };
 enum class GemmRows : int { gathered, tma };
 enum class GemmEpilogue : int { combine, swiglu };
+/// Which operand is wgmma's M side (gemm_configs.def says why).
+enum class GemmOperands : int { weights_m, tokens_m };
 
 enum class GemmConfigId : int {
-#define FMOE_GG(name, bt, waves, stages, weights, rows, epi) name,
+#define FMOE_GG(name, bt, waves, stages, weights, rows, epi, operands) name,
 #include "gemm/gemm_configs.def"
 #undef FMOE_GG
   count
@@ -23,16 +25,17 @@ struct GemmConfigInfo {
   GemmWeights weights;
   GemmRows rows;
   GemmEpilogue epilogue;
+  GemmOperands operands;
 };
 GemmConfigInfo gemm_config_info(GemmConfigId id);
 /// The config named `name`, or GemmConfigId::count when there is none.
 GemmConfigId gemm_config_by_name(const std::string& name);
 const char* gemm_weights_name(GemmWeights w);
 
-/// The config of one family with this token-tile width and weight waves (Error if none is
-/// compiled).
+/// The config of one family with this token-tile width, weight waves and operand orientation
+/// (Error if none is compiled).
 GemmConfigId gemm_config_of(GemmWeights w, GemmRows rows, GemmEpilogue epi, int block_t,
-                            int waves = 1);
+                            int waves = 1, GemmOperands operands = GemmOperands::weights_m);
 
 /// The token-tile width (BLOCK_T) for a grouped GEMM whose experts get T*k/E rows on average,
 /// with the reason. One width serves both GEMMs of a layer (they share the schedule's table).
@@ -53,5 +56,13 @@ int select_block_t(int T, int k, int E, const std::string& forced,
 /// one whose waves do not divide nb is an Error.
 int select_waves(const GemmFamily& f, int block_t, int nb, int K, const std::string& forced,
                  std::string* reason);
+
+/// Which operand is wgmma's M side for one GEMM of family `f` with token tiles of `block_t`.
+/// `two_scales`: the fp8 gate/up weights have one scale per 64-row gate half and one per up half
+/// of every 128-row wave and k-block (what tokens_m's promotion reads; the layer's prepare step
+/// checks it). A forced config of this family decides; a forced tokens_m config without
+/// two_scales is an Error.
+GemmOperands select_operands(const GemmFamily& f, int block_t, bool two_scales,
+                             const std::string& forced, std::string* reason);
 
 }  // namespace fusedmoe::detail

@@ -2,7 +2,8 @@
 // columns), never a k-stage. They store one 128-row wave at a time, as the 128-row weight tile
 // s.wb it is (the consumers pass each wave's segment). Fragment layout (sm90_gemm_mainloop.cuh):
 // acc[4b + 2r + h] is weight row 64 wgc + 16 warp + lane/4 + 8r of the wave, column
-// 8b + 2(lane%4) + h.
+// 8b + 2(lane%4) + h; with tokens_m the transpose (token 64 wgc + 16 warp + lane/4 + 8r, weight
+// row 8b + 2(lane%4) + h).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -197,9 +198,75 @@ struct Epilogue<Cfg, GemmEpilogue::swiglu> {
     }
   }
 
+  // tokens_m (fp8 only): this thread holds tokens c0 = 64 wgc + 16 warp + lane/4 and c0 + 8, and
+  // of the wave's 128 rows (16 g + j: gate of intermediate 8g + j for j < 8, up for j >= 8) rows
+  // 8b + 2(lane%4) + h: gate (b = 2g) and up (b = 2g + 1) of intermediate 8g + 2(lane%4) + h,
+  // 16 per token. A token's 64 values are spread over the 4 lanes of a quad: its amax takes two
+  // shuffles. The codes go through the staging tile as 2-byte pairs, rows leave as 16-byte stores.
+  __device__ static void store_tokens_m(const GroupedGemmParams& p, const Segment& s,
+                                        typename Cfg::SharedStorage& ss,
+                                        const float (&acc)[Cfg::kAccRegs], int wgc, int tid) {
+    static_assert(Cfg::kFp8 && Cfg::BLOCK_T == 128, "tokens_m: fp8 intermediate, 128 tokens");
+    auto& sg = ss.staging;
+    const int warp = tid / 32, lane = tid % 32, q = lane % 4;
+    const int ctid = wgc * 128 + tid;
+    const int c0 = 64 * wgc + 16 * warp + lane / 4;
+    // Every consumer's reads of the staging tile (the previous wave's or tile's rows) are done.
+    sync_consumers();
+    float v[2][16];  // [token r][2g + h]
+    {
+      const float* bias = p.bias ? p.bias + int64_t(s.e) * p.n_rows + s.wb * Cfg::WAVE_W : nullptr;
+      auto fill = [&](auto act) {
+#pragma unroll
+        for (int g = 0; g < 8; ++g)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float bg = bias ? bias[16 * g + 2 * q + h] : 0.0f;
+            const float bu = bias ? bias[16 * g + 8 + 2 * q + h] : 0.0f;
+#pragma unroll
+            for (int r = 0; r < 2; ++r)
+              v[r][2 * g + h] = act(acc[4 * (2 * g) + 2 * r + h] + bg, acc[4 * (2 * g + 1) + 2 * r + h] + bu);
+          }
+      };
+      // The variant is chosen once per tile, outside the loop.
+      if (p.act_clamped) fill([&](float g, float u) { return activation<true>(p, g, u); });
+      else fill([&](float g, float u) { return activation<false>(p, g, u); });
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float a = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) a = ptx::abs_max_nan(a, v[r][i]);
+      a = ptx::abs_max_nan(a, __shfl_xor_sync(0xffffffffu, a, 1));
+      a = ptx::abs_max_nan(a, __shfl_xor_sync(0xffffffffu, a, 2));
+      // Same operations as the host quantizer (fmt::quantize_fp8_block).
+      const float scale = a == 0.0f ? 0.0f : a / 448.0f, inv = a == 0.0f ? 0.0f : 448.0f / a;
+      const int c = c0 + 8 * r;
+#pragma unroll
+      for (int g = 0; g < 8; ++g) {
+        const uint16_t lo = __nv_cvt_float_to_fp8(v[r][2 * g] * inv, __NV_SATFINITE, __NV_E4M3);
+        const uint16_t hi = __nv_cvt_float_to_fp8(v[r][2 * g + 1] * inv, __NV_SATFINITE, __NV_E4M3);
+        *reinterpret_cast<uint16_t*>(&sg.tile[c][8 * g + 2 * q]) = uint16_t(lo | (hi << 8));
+      }
+      if (q == 0 && c < s.nrows) p.h_scale[int64_t(s.row0 + c) * p.h_scale_ld + s.wb] = scale;
+    }
+    sync_consumers();
+    constexpr int kChunks = 64 / 16;
+    for (int i = ctid; i < s.nrows * kChunks; i += 256) {
+      const int c = i / kChunks, chunk = i % kChunks;
+      const uint4 val = *reinterpret_cast<const uint4*>(&sg.tile[c][16 * chunk]);
+      uint8_t* dst = p.h + int64_t(s.row0 + c) * p.ldh + int64_t(s.wb) * 64 + 16 * chunk;
+      *reinterpret_cast<uint4*>(dst) = val;
+    }
+  }
+
   __device__ static void store(const GroupedGemmParams& p, const Segment& s,
                                const typename Cfg::TileMeta& m, typename Cfg::SharedStorage& ss,
                                const float (&acc_in)[Cfg::kAccRegs], int wgc, int tid) {
+    if constexpr (Cfg::kTokensM) {
+      store_tokens_m(p, s, ss, acc_in, wgc, tid);
+      return;
+    }
     auto& sg = ss.staging;
     // A second wave's store follows the first's with no mainloop (whose barriers order the
     // staging tile's reuse across tiles) in between: the bf16 path writes the tile before its first

@@ -7,6 +7,8 @@
 //   rows gathered:      cp.async of 16-byte chunks from the row of each column's token
 //                       (+ sa[0][c] = its per-128 scale, fp8)
 //   rows tma:           one TMA box of BLOCK_T compact rows (+ sa[0..1][c] = per-64 scales, fp8)
+// With tokens_m (gemm_configs.def) the same stage is read with the operands swapped: activations
+// as wgmma's A (M), each weight wave as its B (N).
 // Contract between the parts: the producer's 128 threads call issue() of both loaders for every
 // stage, then arrive on the stage's full barrier (thread 0 with the TMA bytes, all with cp.async
 // arrivals when Cfg::kCpAsync); the MMA reads only the stage and its own registers, and arrives on
@@ -225,6 +227,59 @@ struct Mma<Cfg, true> {
           }
         }
         if (!kEarly && last) cuda::ptx::mbarrier_arrive(empty);
+      }
+    }
+  }
+};
+
+// FP8 with tokens as wgmma's M side (tokens_m, prefill): consumer warpgroup c multiplies its 64
+// token rows (A: activations [64 c, 64 c + 64) of the stage) by each 128-row weight wave (B: the
+// wave's rows as N). Fragment: acc[w][4b + 2r + h] is token 64 c + 16 warp + lane/4 + 8r of the
+// tile, weight row 8b + 2(lane%4) + h of wave w. The promotion scales a thread's two token rows by
+// sa(token) * sb: sb is one value per 64-row half of a wave (gate rows, then up rows in the
+// layer's 8-row interleave: group 0 and group 1 of the wave's 16, which the host checked are the
+// halves' only values), so each block costs 4 products and the FMAs, against 32 column scales and
+// 64 products with weights as M.
+template <class Cfg>
+struct MmaTokensM {
+  static constexpr int kSteps = Cfg::BLOCK_K / 32 / Cfg::kScaleBlocks;
+  static_assert(Cfg::kScaleBlocks == 1, "tokens_m: gathered rows, one activation scale per 128");
+  float part[Cfg::kAccRegs];
+
+  __device__ void stage(const typename Cfg::Stage& st, float (&acc)[Cfg::kWaves][Cfg::kAccRegs],
+                        int wgc, int tid, uint64_t* empty) {
+    using W = ptx::WgmmaFp8<Cfg::WAVE_W>;
+    const int warp = tid / 32, lane = tid % 32;
+    const int t0 = 64 * wgc + 16 * warp + lane / 4;  // this thread's token rows t0, t0 + 8
+    const uint64_t desc_a = ptx::smem_desc_k128b(st.a + 64 * wgc * 128);
+#pragma unroll
+    for (int wave = 0; wave < Cfg::kWaves; ++wave) {
+      const uint64_t desc_w = ptx::smem_desc_k128b(st.w + wave * Cfg::WAVE_W * 128);
+#pragma unroll
+      for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(part[i]);
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kSteps; ++kk)  // 32 bytes of K = 2 in descriptor units
+        W::mma(desc_a + 2 * kk, desc_w + 2 * kk, part, kk > 0);
+      ptx::wgmma_commit();
+      // While the wgmmas run: the two token scales and the wave's gate and up scales.
+      const float sa0 = st.sa[0][t0], sa1 = st.sa[0][t0 + 8];
+      const float sg = st.sb[wave][0], su = Cfg::kGroupScales ? st.sb[wave][1] : sg;
+      ptx::wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(part[i]);
+      // Everything this thread reads of the stage is in registers after the last wave's wait.
+      if (wave == Cfg::kWaves - 1) cuda::ptx::mbarrier_arrive(empty);
+      const float g0 = sa0 * sg, g1 = sa1 * sg, u0 = sa0 * su, u1 = sa1 * su;
+      float* a = acc[wave];
+#pragma unroll
+      for (int b = 0; b < Cfg::kAccRegs / 4; ++b) {
+        // Weight rows 8b..8b+7 of the wave: gate rows for even b, up rows for odd b.
+        const float s0 = b % 2 == 0 ? g0 : u0, s1 = b % 2 == 0 ? g1 : u1;
+        a[4 * b] = fmaf(part[4 * b], s0, a[4 * b]);
+        a[4 * b + 1] = fmaf(part[4 * b + 1], s0, a[4 * b + 1]);
+        a[4 * b + 2] = fmaf(part[4 * b + 2], s1, a[4 * b + 2]);
+        a[4 * b + 3] = fmaf(part[4 * b + 3], s1, a[4 * b + 3]);
       }
     }
   }

@@ -6,8 +6,8 @@
 //   Mma             sm90_gemm_mainloop.cuh    fp8 with per-block promotion | bf16
 //   Epilogue        sm90_gemm_epilogue.cuh    combine | swiglu
 // Roles: warpgroup 0 produces (walks the tiles, publishes each tile's meta slot, fills a
-// kStages-deep k-stage ring), warpgroups 1-2 consume (64 weight rows each: MMA per stage, then the
-// epilogue from registers and the meta slot). A tile has kWaves 128-row weight waves: each k-stage
+// kStages-deep k-stage ring), warpgroups 1-2 consume (64 weight rows each, or with tokens_m 64
+// tokens each: MMA per stage, then the epilogue from registers and the meta slot). A tile has kWaves 128-row weight waves: each k-stage
 // holds all of them, and every consumer runs its 64 rows of each wave in turn (its own
 // accumulator per wave). Persistent: one CTA per SM, launched with PDL.
 #pragma once
@@ -26,9 +26,11 @@
 namespace fusedmoe::detail {
 
 template <int kBlockT, int kWaves_, int kStages_, GemmWeights kWeights_, GemmRows kRows_,
-          GemmEpilogue kEpi_>
+          GemmEpilogue kEpi_, GemmOperands kOperands_ = GemmOperands::weights_m>
 struct GemmConfig {
   static constexpr GemmWeights kWeights = kWeights_;
+  // Tokens as wgmma's M side (64 per consumer warpgroup), each weight wave its N.
+  static constexpr bool kTokensM = kOperands_ == GemmOperands::tokens_m;
   static constexpr GemmRows kRows = kRows_;
   static constexpr GemmEpilogue kEpi = kEpi_;
   static constexpr bool kFp8 = kWeights == GemmWeights::fp8_block;
@@ -42,7 +44,9 @@ struct GemmConfig {
   static constexpr int kMetaStages = 2;             // tiles the producer may run ahead
   static constexpr int kConsumerWGs = 2;
   static constexpr int kThreads = 128 * (1 + kConsumerWGs);
-  static constexpr int kAccRegs = BLOCK_T / 2;      // per wave: (m64, BLOCK_T) fp32 / 128 threads
+  // per wave and consumer: (64 weight rows, BLOCK_T tokens) or, tokens_m, (64 tokens, 128 weight
+  // rows) fp32 / 128 threads: BLOCK_T / 2 either way (tokens_m has BLOCK_T = 128)
+  static constexpr int kAccRegs = BLOCK_T / 2;
   // fp8 activation scales per stage: gathered token rows are quantized per 128 columns, the
   // layer's intermediate (tma rows) per 64.
   static constexpr int kScaleBlocks = !kFp8 ? 0 : kRows == GemmRows::gathered ? 1 : 2;
@@ -104,6 +108,9 @@ struct GemmConfig {
   static constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + alignment slack
 
   static_assert(BLOCK_T % 16 == 0, "wgmma N: a multiple of 16 here");
+  static_assert(!kTokensM || (BLOCK_T == 128 && kFp8 && kEpi == GemmEpilogue::swiglu &&
+                              kRows == GemmRows::gathered),
+                "tokens_m: fp8 gate/up GEMM with 128-token tiles (2 consumers x m64) only");
   static_assert(kABytes % 1024 == 0, "activation tile must keep stages 1024-aligned");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory budget of one SM exceeded");
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWGs <= 65536,
@@ -175,7 +182,7 @@ __device__ void consume(const GroupedGemmParams& p, typename Cfg::SharedStorage&
   namespace cptx = cuda::ptx;
   RingPos<Cfg::kStages> stage;
   RingPos<Cfg::kMetaStages> meta;
-  Mma<Cfg> mma;
+  std::conditional_t<Cfg::kTokensM, MmaTokensM<Cfg>, Mma<Cfg>> mma;
   float acc[Cfg::kWaves][Cfg::kAccRegs];  // per wave (64 rows, BLOCK_T cols): the running sums
   for (;;) {
     wait_barrier(&ss.meta_full[meta.idx], meta.phase);
@@ -290,8 +297,8 @@ void launch_grouped_gemm_cfg(const GroupedGemmParams& p, int num_sms, cudaStream
   FMOE_REQUIRE(p.NB % Cfg::kWaves == 0, "grouped_gemm: a config of %d x 128 weight rows per tile "
                "needs a multiple of %d 128-row weight tiles per expert, got %d", Cfg::kWaves,
                Cfg::kWaves, p.NB);
-  FMOE_REQUIRE(p.split <= 1 || Cfg::kWaves == 1, "grouped_gemm: split K (%d parts) needs a "
-               "one-wave config", p.split);
+  FMOE_REQUIRE(p.split <= 1 || (Cfg::kWaves == 1 && !Cfg::kTokensM), "grouped_gemm: split K "
+               "(%d parts) needs a one-wave config with weights as wgmma's M side", p.split);
   auto kernel = grouped_gemm_kernel<Cfg>;
   FMOE_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  int(Cfg::kSmemBytes)));
@@ -307,12 +314,12 @@ template <GemmWeights kW>
 bool launch_grouped_gemm_of(GemmConfigId id, const GroupedGemmParams& p, int num_sms,
                             cudaStream_t stream) {
   switch (id) {
-#define FMOE_GG(name, bt, waves, stages, weights, rows, epi)                                  \
+#define FMOE_GG(name, bt, waves, stages, weights, rows, epi, operands)                        \
   case GemmConfigId::name:                                                                    \
     if constexpr (GemmWeights::weights == kW) {                                               \
       launch_grouped_gemm_cfg<GemmConfig<bt, waves, stages, GemmWeights::weights,             \
-                                         GemmRows::rows, GemmEpilogue::epi>>(p, num_sms,      \
-                                                                             stream);         \
+                                         GemmRows::rows, GemmEpilogue::epi,                   \
+                                         GemmOperands::operands>>(p, num_sms, stream);        \
       return true;                                                                            \
     }                                                                                         \
     return false;

@@ -266,6 +266,7 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeLayerWeights& w, Stream stream
       sh2 = to_host<float>(w.shared_w2_scale, stream);
     }
     std::vector<float> p13(size_t(L.E_total) * L.NT1 * KBh * 16, 0.0f);
+    std::vector<char> real13(p13.size(), 0);  // the group has rows of the checkpoint
     for (int e = 0; e < L.E_total; ++e) {
       const bool shared = e >= E;
       const int64_t n_inter = shared ? S : I, i_base = shared ? int64_t(e - E) * L.I_pad : 0;
@@ -283,9 +284,26 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeLayerWeights& w, Stream stream
                          : s13[size_t((int64_t(e) * cdiv(2 * I, 128) + blk_row) * blocks_per_row + kb)];
             }
             p13[size_t(((int64_t(e) * L.NT1 + t) * KBh + kb) * 16 + g2)] = v;
+            real13[size_t(((int64_t(e) * L.NT1 + t) * KBh + kb) * 16 + g2)] = src >= 0;
           }
         }
     }
+    // Two scales per tile and k-block (one for the gate half, one for the up half; true whenever
+    // I is a multiple of 64, as a 64-aligned run of rows never crosses a 128-row scale block)?
+    // Then padding groups (zero rows) take their half's scale, so groups 0 and 1 hold the two.
+    L.w13_two_scales = true;
+    for (size_t base = 0; base < p13.size(); base += 16)
+      for (int half = 0; half < 2; ++half) {
+        int first = -1;
+        for (int g2 = half; g2 < 16; g2 += 2)
+          if (real13[base + g2]) {
+            if (first < 0) first = g2;
+            else if (p13[base + g2] != p13[base + first]) L.w13_two_scales = false;
+          }
+        if (first >= 0 && L.w13_two_scales)
+          for (int g2 = half; g2 < 16; g2 += 2)
+            if (!real13[base + g2]) p13[base + g2] = p13[base + first];
+      }
     L.w13_scale = DeviceBuffer::from(p13);
     const int64_t KB2 = cdiv(L.I_pad, 128), KB2s = cdiv(S, 128);
     std::vector<float> p2(size_t(L.E_total) * L.NB2 * KB2, 0.0f);
@@ -486,7 +504,9 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   // Weight waves per GEMM (each has its own count of 128-row weight tiles).
   const int up_waves = select_waves(up_fam, bt, L.NT1, H, knobs().force_config, &plan.config_reason);
   const int down_waves = select_waves(down_fam, bt, L.NB2, L.I, knobs().force_config, &plan.config_reason);
-  plan.up_config = gemm_config_of(up_fam.weights, up_fam.rows, up_fam.epilogue, bt, up_waves);
+  const GemmOperands up_operands =
+      select_operands(up_fam, bt, L.w13_two_scales, knobs().force_config, &plan.config_reason);
+  plan.up_config = gemm_config_of(up_fam.weights, up_fam.rows, up_fam.epilogue, bt, up_waves, up_operands);
   plan.down_config = gemm_config_of(down_fam.weights, down_fam.rows, down_fam.epilogue, bt, down_waves);
   const int R = T * L.k_total;
   plan.fused_schedule = knobs().fused_schedule && bt <= 64 && R <= kFusedScheduleRoutes;

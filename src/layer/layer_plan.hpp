@@ -40,6 +40,8 @@ struct MoeLayer::Impl {
   // Prepared weights (device):
   DeviceBuffer w13;          // [E_total, NT1 * 128, H]: per 16 rows, 8 gate rows then their 8 up rows
   DeviceBuffer w13_scale;    // fp8: [E_total, NT1, ceil(H/128), 16] one scale per 8-row group
+  bool w13_two_scales = false;  // fp8: per tile and k-block, the 8 gate groups share one scale and
+                                // the 8 up groups another (GEMM 1 may put tokens on wgmma's M side)
   DeviceBuffer w2;           // [E_total, H, I_pad], rows paired (GroupedGemmParams::paired_rows)
   DeviceBuffer w2_scale;     // fp8: [E_total, NB2, ceil(I_pad/128)]
   DeviceBuffer b13;          // f32 [E_total, NT1 * 128] in w13's prepared row order, or empty

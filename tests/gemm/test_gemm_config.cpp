@@ -85,6 +85,35 @@ TEST(GemmConfig, WavesDoubleTheWeightTileWhereMeasuredFaster) {
                      "has 23 128-row weight tiles per expert, not a multiple of 2");
 }
 
+TEST(GemmConfig, TokensTakeTheMSideOfTheFp8GateUpGemmAtPrefill) {
+  std::string why;
+  EXPECT_EQ(select_operands(kUpFp8, 128, true, "", &why), GemmOperands::tokens_m);
+  EXPECT_NE(why.find("tokens as wgmma's M side"), std::string::npos) << why;
+  // Narrower token tiles, weights whose halves have several scales, bf16 and the combine GEMMs
+  // keep weights as M.
+  EXPECT_EQ(select_operands(kUpFp8, 64, true, "", nullptr), GemmOperands::weights_m);
+  EXPECT_EQ(select_operands(kUpFp8, 128, false, "", nullptr), GemmOperands::weights_m);
+  for (const GemmFamily& f : {kProjection, kDownFp8, kUpBf16, kDownBf16})
+    EXPECT_EQ(select_operands(f, 128, true, "", nullptr), GemmOperands::weights_m);
+  // Both wave counts are compiled with tokens as M.
+  for (int waves : {1, 2}) {
+    const GemmConfigInfo c = gemm_config_info(gemm_config_of(
+        kUpFp8.weights, kUpFp8.rows, kUpFp8.epilogue, 128, waves, GemmOperands::tokens_m));
+    EXPECT_EQ(c.operands, GemmOperands::tokens_m);
+    EXPECT_EQ(c.waves, waves);
+  }
+  // A forced config decides for its family; tokens as M need the two scales.
+  EXPECT_EQ(select_operands(kUpFp8, 128, true, "up_fp8_bt128_w2_s4", nullptr), GemmOperands::weights_m);
+  EXPECT_EQ(select_operands(kUpFp8, 128, true, "up_fp8_bt128_w2_tm_s4", nullptr), GemmOperands::tokens_m);
+  EXPECT_EQ(select_operands(kUpFp8, 128, false, "down_fp8_bt128_s6", nullptr), GemmOperands::weights_m);
+  test::expect_error([] { select_operands(kUpFp8, 128, false, "up_fp8_bt128_tm_s5", nullptr); },
+                     "FMOE_FORCE_CONFIG=up_fp8_bt128_tm_s5 puts tokens on wgmma's M side");
+  test::expect_error([] { gemm_config_of(GemmWeights::bf16, GemmRows::gathered, GemmEpilogue::swiglu, 128, 1,
+                                         GemmOperands::tokens_m); },
+                     "no compiled bf16 gate/up (swiglu epilogue) config with BLOCK_T=128, 1 weight "
+                     "wave(s) and tokens as wgmma's M side");
+}
+
 TEST(GemmConfig, ForcedConfigIsHonouredAndChecked) {
   for (int i = 0; i < int(GemmConfigId::count); ++i) {
     const GemmConfigInfo c = gemm_config_info(GemmConfigId(i));

@@ -194,6 +194,32 @@ TEST(LayerGpu, EveryCompiledLayerConfigRuns) {
   }
 }
 
+TEST(LayerGpu, TokensOnMNeedTwoWeightScalesPerWave) {
+  // GEMM 1 with tokens as wgmma's M side reads one fp8 scale per gate half and per up half of a
+  // 128-row wave. I = 96: the up rows (from row 96 of w13) cross a 128-row scale block, so the
+  // prepared layer says no, the plan keeps weights as M, and a forced tokens_m config is an
+  // Error; I = 256: the plan puts tokens on M at BLOCK_T=128.
+  FMOE_SKIP_WITHOUT_GPU();
+  for (int I : {96, 256}) {
+    const MoeConfig cfg = scaled(find_preset("qwen3-30b-a3b"), 256, I, 8, Precision::fp8_block);
+    const LayerCase c = make_case(cfg, 300, ReductionMode::fast);  // ~150 rows per expert
+    const LayerData d = make_layer_data(c, 4242 + I);
+    const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+    EXPECT_EQ(g.layer->impl().w13_two_scales, I == 256) << "I=" << I;
+    const LayerRun run = run_layer(*g.layer, c, d);
+    const detail::GemmConfigInfo up = detail::gemm_config_info(run.plan.up_config);
+    EXPECT_EQ(up.block_t, 128) << up.name;
+    EXPECT_EQ(up.operands == detail::GemmOperands::tokens_m, I == 256) << up.name;
+    check_gate_up(c, d, g.layer->impl(), run, c.describe());
+    check_down(c, d, g.layer->impl(), run, c.describe());
+    check_end_to_end(c, d, run, c.describe());
+    if (I == 96) {
+      detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, "up_fp8_bt128_w2_tm_s4");
+      test::expect_error([&] { run_layer(*g.layer, c, d); }, "puts tokens on wgmma's M side");
+    }
+  }
+}
+
 TEST(LayerGpu, SanitizerSmall) {
   // For compute-sanitizer (scripts/gpu_check.sh): H=2880 gives GEMM 1 23 k-blocks (every k-stage
   // ring wraps), forced BLOCK_T=128 with ~150 routes per expert gives several token tiles per
@@ -209,9 +235,12 @@ TEST(LayerGpu, SanitizerSmall) {
     }
     // BLOCK_T=128 with one wave (up; down takes two), two waves (both), one-wave down.
     const bool bf = p == Precision::bf16;
+    // fp8 also with tokens as wgmma's M side (one and two waves).
     for (const char* name : {bf ? "up_bf16_bt128_s5" : "up_fp8_bt128_s5",
                              bf ? "up_bf16_bt128_w2_s3" : "up_fp8_bt128_w2_s4",
-                             bf ? "down_bf16_bt128_s6" : "down_fp8_bt128_s6"}) {
+                             bf ? "down_bf16_bt128_s6" : "down_fp8_bt128_s6",
+                             bf ? "" : "up_fp8_bt128_tm_s5", bf ? "" : "up_fp8_bt128_w2_tm_s4"}) {
+      if (*name == '\0') continue;
       detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, name);
       const MoeConfig qwen = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 8, p);
       for (ReductionMode m : kModes) run_case(make_case(qwen, 150, m), 1, false);
