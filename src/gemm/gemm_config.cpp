@@ -64,10 +64,11 @@ GemmOperands select_operands(const GemmFamily& f, int block_t, bool two_scales,
                  "scales differ within a half (an intermediate size that is not a multiple of 64)",
                  forced.c_str());
     why = "forced";
-  } else if (f.weights == GemmWeights::fp8_block && f.epilogue == GemmEpilogue::swiglu &&
-             block_t == 128 && two_scales) {
+  } else if (f.weights == GemmWeights::fp8_block && block_t == 128 &&
+             (f.epilogue == GemmEpilogue::combine || two_scales)) {
     // The per-block promotion is the mainloop's largest cost with weights as M (32 column
-    // scales per thread and block): tokens as M need two products per thread and block.
+    // scales per thread and block): tokens as M need two products per thread and block. The
+    // combine GEMMs' weights have one scale per 128x128 block, so they always qualify.
     o = GemmOperands::tokens_m;
     why = "tokens as wgmma's M side (fp8 promotion by two products per thread and block)";
   }

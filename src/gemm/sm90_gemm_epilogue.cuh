@@ -62,10 +62,65 @@ struct Epilogue<Cfg, GemmEpilogue::combine> {
     }
   }
 
+  // tokens_m: this thread holds tokens c0 = 64 wgc + 16 warp + lane/4 and c0 + 8, and rows
+  // 8b + 2(lane%4) + h of the wave. Paired rows (in each 16, rows j < 8 are outputs 2j and rows
+  // j >= 8 outputs 2(j-8)+1): b = 2g and b = 2g + 1 hold outputs 16g + 4(lane%4) + 2h and the one
+  // after it, added by one 8-byte reduction; plain rows: outputs 8b + 2(lane%4) + h, the pair
+  // (h = 0, 1) adjacent.
+  template <bool kPaired, bool kDet>
+  __device__ static void tokens_m_rows(const GroupedGemmParams& p, const Segment& s,
+                                       const typename Cfg::TileMeta& m,
+                                       const float (&acc)[Cfg::kAccRegs], int c0, int q) {
+    const int n0 = s.wb * Cfg::WAVE_W;
+    const float* bias = p.bias && s.kb0 == 0 ? p.bias + int64_t(s.e) * p.N : nullptr;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int out_row = m.col_out[c0 + 8 * r];
+      if (out_row < 0) continue;  // absent column
+      const float w = m.col_weight[c0 + 8 * r];
+      float* row = p.out + int64_t(out_row) * p.N;
+      if constexpr (kPaired) {
+#pragma unroll
+        for (int g = 0; g < Cfg::kAccRegs / 8; ++g)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int n = n0 + 16 * g + 4 * q + 2 * h;  // N % 16 == 0: n, n + 1 in range together
+            if (n >= p.N) continue;
+            const float va = (acc[4 * (2 * g) + 2 * r + h] + (bias ? bias[n] : 0.0f)) * w;
+            const float vb = (acc[4 * (2 * g + 1) + 2 * r + h] + (bias ? bias[n + 1] : 0.0f)) * w;
+            if constexpr (kDet) *reinterpret_cast<float2*>(row + n) = make_float2(va, vb);
+            else ptx::red_add_v2(row + n, va, vb);
+          }
+      } else {
+#pragma unroll
+        for (int b = 0; b < Cfg::kAccRegs / 4; ++b)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int n = n0 + 8 * b + 2 * q + h;
+            if (n >= p.N) continue;
+            const float v = (acc[4 * b + 2 * r + h] + (bias ? bias[n] : 0.0f)) * w;
+            if constexpr (kDet) row[n] = v;
+            else atomicAdd(row + n, v);  // result unused: compiles to RED
+          }
+      }
+    }
+  }
+
   __device__ static void store(const GroupedGemmParams& p, const Segment& s,
                                const typename Cfg::TileMeta& m, typename Cfg::SharedStorage&,
                                const float (&acc)[Cfg::kAccRegs], int wgc, int tid) {
     const int warp = tid / 32, lane = tid % 32;
+    if constexpr (Cfg::kTokensM) {
+      const int c0 = 64 * wgc + 16 * warp + lane / 4, q = lane % 4;
+      if (p.paired_rows) {
+        if (p.deterministic) tokens_m_rows<true, true>(p, s, m, acc, c0, q);
+        else tokens_m_rows<true, false>(p, s, m, acc, c0, q);
+      } else {
+        if (p.deterministic) tokens_m_rows<false, true>(p, s, m, acc, c0, q);
+        else tokens_m_rows<false, false>(p, s, m, acc, c0, q);
+      }
+      return;
+    }
     const int group = s.wb * Cfg::WAVE_W + 64 * wgc + 16 * warp;  // this warp's 16 weight rows
     // The outputs of this thread's two rows (lane/4 and lane/4 + 8 of the group).
     const bool paired = p.paired_rows;

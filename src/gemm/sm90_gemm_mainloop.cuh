@@ -236,14 +236,13 @@ struct Mma<Cfg, true> {
 // token rows (A: activations [64 c, 64 c + 64) of the stage) by each 128-row weight wave (B: the
 // wave's rows as N). Fragment: acc[w][4b + 2r + h] is token 64 c + 16 warp + lane/4 + 8r of the
 // tile, weight row 8b + 2(lane%4) + h of wave w. The promotion scales a thread's two token rows by
-// sa(token) * sb: sb is one value per 64-row half of a wave (gate rows, then up rows in the
-// layer's 8-row interleave: group 0 and group 1 of the wave's 16, which the host checked are the
-// halves' only values), so each block costs 4 products and the FMAs, against 32 column scales and
-// 64 products with weights as M.
+// sa(token) * sb: sb is one value per wave (the combine GEMMs' 128x128 blocks) or, for the swiglu
+// GEMM, one per 64-row half (gate rows, then up rows in the layer's 8-row interleave: groups 0
+// and 1 of the wave's 16, which the host checked are the halves' only values), so each block costs
+// 4 products and the FMAs, against 32 column scales and 32-64 products with weights as M.
 template <class Cfg>
 struct MmaTokensM {
-  static constexpr int kSteps = Cfg::BLOCK_K / 32 / Cfg::kScaleBlocks;
-  static_assert(Cfg::kScaleBlocks == 1, "tokens_m: gathered rows, one activation scale per 128");
+  static constexpr int kSteps = Cfg::BLOCK_K / 32 / Cfg::kScaleBlocks;  // k32 wgmmas per block
   float part[Cfg::kAccRegs];
 
   __device__ void stage(const typename Cfg::Stage& st, float (&acc)[Cfg::kWaves][Cfg::kAccRegs],
@@ -256,30 +255,36 @@ struct MmaTokensM {
     for (int wave = 0; wave < Cfg::kWaves; ++wave) {
       const uint64_t desc_w = ptx::smem_desc_k128b(st.w + wave * Cfg::WAVE_W * 128);
 #pragma unroll
-      for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(part[i]);
-      ptx::wgmma_fence();
+      for (int blk = 0; blk < Cfg::kScaleBlocks; ++blk) {
 #pragma unroll
-      for (int kk = 0; kk < kSteps; ++kk)  // 32 bytes of K = 2 in descriptor units
-        W::mma(desc_a + 2 * kk, desc_w + 2 * kk, part, kk > 0);
-      ptx::wgmma_commit();
-      // While the wgmmas run: the two token scales and the wave's gate and up scales.
-      const float sa0 = st.sa[0][t0], sa1 = st.sa[0][t0 + 8];
-      const float sg = st.sb[wave][0], su = Cfg::kGroupScales ? st.sb[wave][1] : sg;
-      ptx::wgmma_wait<0>();
+        for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(part[i]);
+        ptx::wgmma_fence();
 #pragma unroll
-      for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(part[i]);
-      // Everything this thread reads of the stage is in registers after the last wave's wait.
-      if (wave == Cfg::kWaves - 1) cuda::ptx::mbarrier_arrive(empty);
-      const float g0 = sa0 * sg, g1 = sa1 * sg, u0 = sa0 * su, u1 = sa1 * su;
-      float* a = acc[wave];
+        for (int kk = 0; kk < kSteps; ++kk) {  // 32 bytes of K = 2 in descriptor units
+          const int k2 = 2 * (blk * kSteps + kk);
+          W::mma(desc_a + k2, desc_w + k2, part, kk > 0);
+        }
+        ptx::wgmma_commit();
+        // While the wgmmas run: the two token scales and the wave's gate and up scales (one
+        // value for the combine GEMMs' 128x128 blocks).
+        const float sa0 = st.sa[blk][t0], sa1 = st.sa[blk][t0 + 8];
+        const float sg = st.sb[wave][0], su = Cfg::kGroupScales ? st.sb[wave][1] : sg;
+        ptx::wgmma_wait<0>();
 #pragma unroll
-      for (int b = 0; b < Cfg::kAccRegs / 4; ++b) {
-        // Weight rows 8b..8b+7 of the wave: gate rows for even b, up rows for odd b.
-        const float s0 = b % 2 == 0 ? g0 : u0, s1 = b % 2 == 0 ? g1 : u1;
-        a[4 * b] = fmaf(part[4 * b], s0, a[4 * b]);
-        a[4 * b + 1] = fmaf(part[4 * b + 1], s0, a[4 * b + 1]);
-        a[4 * b + 2] = fmaf(part[4 * b + 2], s1, a[4 * b + 2]);
-        a[4 * b + 3] = fmaf(part[4 * b + 3], s1, a[4 * b + 3]);
+        for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(part[i]);
+        // Everything this thread reads of the stage is in registers after the last wait.
+        if (wave == Cfg::kWaves - 1 && blk == Cfg::kScaleBlocks - 1) cuda::ptx::mbarrier_arrive(empty);
+        const float g0 = sa0 * sg, g1 = sa1 * sg, u0 = sa0 * su, u1 = sa1 * su;
+        float* a = acc[wave];
+#pragma unroll
+        for (int b = 0; b < Cfg::kAccRegs / 4; ++b) {
+          // Weight rows 8b..8b+7 of the wave: gate rows for even b, up rows for odd b.
+          const float s0 = b % 2 == 0 ? g0 : u0, s1 = b % 2 == 0 ? g1 : u1;
+          a[4 * b] = fmaf(part[4 * b], s0, a[4 * b]);
+          a[4 * b + 1] = fmaf(part[4 * b + 1], s0, a[4 * b + 1]);
+          a[4 * b + 2] = fmaf(part[4 * b + 2], s1, a[4 * b + 2]);
+          a[4 * b + 3] = fmaf(part[4 * b + 3], s1, a[4 * b + 3]);
+        }
       }
     }
   }

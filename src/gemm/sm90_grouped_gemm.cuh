@@ -108,9 +108,8 @@ struct GemmConfig {
   static constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + alignment slack
 
   static_assert(BLOCK_T % 16 == 0, "wgmma N: a multiple of 16 here");
-  static_assert(!kTokensM || (BLOCK_T == 128 && kFp8 && kEpi == GemmEpilogue::swiglu &&
-                              kRows == GemmRows::gathered),
-                "tokens_m: fp8 gate/up GEMM with 128-token tiles (2 consumers x m64) only");
+  static_assert(!kTokensM || (BLOCK_T == 128 && kFp8),
+                "tokens_m: fp8 weights and 128-token tiles (2 consumers x m64) only");
   static_assert(kABytes % 1024 == 0, "activation tile must keep stages 1024-aligned");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory budget of one SM exceeded");
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWGs <= 65536,

@@ -89,19 +89,25 @@ TEST(GemmConfig, TokensTakeTheMSideOfTheFp8GateUpGemmAtPrefill) {
   std::string why;
   EXPECT_EQ(select_operands(kUpFp8, 128, true, "", &why), GemmOperands::tokens_m);
   EXPECT_NE(why.find("tokens as wgmma's M side"), std::string::npos) << why;
-  // Narrower token tiles, weights whose halves have several scales, bf16 and the combine GEMMs
-  // keep weights as M.
-  EXPECT_EQ(select_operands(kUpFp8, 64, true, "", nullptr), GemmOperands::weights_m);
+  // The combine GEMMs (one weight scale per 128x128 block) always qualify at BLOCK_T=128.
+  for (const GemmFamily& f : {kProjection, kDownFp8})
+    EXPECT_EQ(select_operands(f, 128, false, "", nullptr), GemmOperands::tokens_m);
+  // Narrower token tiles, gate/up weights whose halves have several scales and bf16 keep
+  // weights as M.
+  for (const GemmFamily& f : {kProjection, kUpFp8, kDownFp8})
+    EXPECT_EQ(select_operands(f, 64, true, "", nullptr), GemmOperands::weights_m);
   EXPECT_EQ(select_operands(kUpFp8, 128, false, "", nullptr), GemmOperands::weights_m);
-  for (const GemmFamily& f : {kProjection, kDownFp8, kUpBf16, kDownBf16})
+  for (const GemmFamily& f : {kUpBf16, kDownBf16})
     EXPECT_EQ(select_operands(f, 128, true, "", nullptr), GemmOperands::weights_m);
-  // Both wave counts are compiled with tokens as M.
-  for (int waves : {1, 2}) {
-    const GemmConfigInfo c = gemm_config_info(gemm_config_of(
-        kUpFp8.weights, kUpFp8.rows, kUpFp8.epilogue, 128, waves, GemmOperands::tokens_m));
-    EXPECT_EQ(c.operands, GemmOperands::tokens_m);
-    EXPECT_EQ(c.waves, waves);
-  }
+  // Both wave counts are compiled with tokens as M for both layer GEMMs, one for the projection.
+  for (const GemmFamily& f : {kUpFp8, kDownFp8, kProjection})
+    for (int waves : {1, 2}) {
+      if (f.rows == GemmRows::gathered && f.epilogue == GemmEpilogue::combine && waves == 2) continue;
+      const GemmConfigInfo c = gemm_config_info(
+          gemm_config_of(f.weights, f.rows, f.epilogue, 128, waves, GemmOperands::tokens_m));
+      EXPECT_EQ(c.operands, GemmOperands::tokens_m);
+      EXPECT_EQ(c.waves, waves);
+    }
   // A forced config decides for its family; tokens as M need the two scales.
   EXPECT_EQ(select_operands(kUpFp8, 128, true, "up_fp8_bt128_w2_s4", nullptr), GemmOperands::weights_m);
   EXPECT_EQ(select_operands(kUpFp8, 128, true, "up_fp8_bt128_w2_tm_s4", nullptr), GemmOperands::tokens_m);

@@ -239,7 +239,8 @@ TEST(LayerGpu, SanitizerSmall) {
     for (const char* name : {bf ? "up_bf16_bt128_s5" : "up_fp8_bt128_s5",
                              bf ? "up_bf16_bt128_w2_s3" : "up_fp8_bt128_w2_s4",
                              bf ? "down_bf16_bt128_s6" : "down_fp8_bt128_s6",
-                             bf ? "" : "up_fp8_bt128_tm_s5", bf ? "" : "up_fp8_bt128_w2_tm_s4"}) {
+                             bf ? "" : "up_fp8_bt128_tm_s5", bf ? "" : "up_fp8_bt128_w2_tm_s4",
+                             bf ? "" : "down_fp8_bt128_tm_s6", bf ? "" : "down_fp8_bt128_w2_tm_s4"}) {
       if (*name == '\0') continue;
       detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, name);
       const MoeConfig qwen = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 8, p);

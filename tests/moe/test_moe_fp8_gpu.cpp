@@ -333,7 +333,7 @@ TEST(MoeFp8Gpu, SanitizerSmall) {
     run_and_check(base(5, 8, 2, 128, 256, m), 1);
     run_and_check(base(40, 16, 4, 144, 272, m), 1);
     run_and_check(base(9, 4, 2, 128, 2880, m), 1);
-    for (const char* name : {"proj_fp8_bt128_s6", "proj_fp8_bt128_w2_s4"}) {
+    for (const char* name : {"proj_fp8_bt128_s6", "proj_fp8_bt128_w2_s4", "proj_fp8_bt128_tm_s6"}) {
       detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, name);
       run_and_check(base(300, 8, 2, 256, 384, m), 1);
     }
