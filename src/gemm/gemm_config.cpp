@@ -65,10 +65,14 @@ GemmOperands select_operands(const GemmFamily& f, int block_t, bool two_scales,
                  forced.c_str());
     why = "forced";
   } else if (f.weights == GemmWeights::fp8_block && block_t == 128 &&
-             (f.epilogue == GemmEpilogue::combine || two_scales)) {
+             f.epilogue == GemmEpilogue::swiglu && two_scales) {
     // The per-block promotion is the mainloop's largest cost with weights as M (32 column
-    // scales per thread and block): tokens as M need two products per thread and block. The
-    // combine GEMMs' weights have one scale per 128x128 block, so they always qualify.
+    // scales per thread and block): tokens as M need two products per thread and block.
+    // Measured on H100 (docs/performance.md, issue 10 step 2): gate/up -8..-23% at T=2048/8192.
+    // The combine GEMMs keep weights as M: their tokens-as-M configs measured 1.3-1.45x slower
+    // for qwen3-30b / qwen3.5 down at T=2048/8192 (the combine epilogue then reduces two
+    // tokens x 32 column pairs per thread element by element; not yet separated from the
+    // mainloop's per-64-row promotions). They stay compiled, for FMOE_FORCE_CONFIG.
     o = GemmOperands::tokens_m;
     why = "tokens as wgmma's M side (fp8 promotion by two products per thread and block)";
   }

@@ -89,9 +89,13 @@ TEST(GemmConfig, TokensTakeTheMSideOfTheFp8GateUpGemmAtPrefill) {
   std::string why;
   EXPECT_EQ(select_operands(kUpFp8, 128, true, "", &why), GemmOperands::tokens_m);
   EXPECT_NE(why.find("tokens as wgmma's M side"), std::string::npos) << why;
-  // The combine GEMMs (one weight scale per 128x128 block) always qualify at BLOCK_T=128.
+  // The combine GEMMs keep weights as M (their tokens-as-M configs measured slower), even
+  // with one weight scale per 128x128 block; forcing one still selects it.
   for (const GemmFamily& f : {kProjection, kDownFp8})
-    EXPECT_EQ(select_operands(f, 128, false, "", nullptr), GemmOperands::tokens_m);
+    for (bool two : {false, true})
+      EXPECT_EQ(select_operands(f, 128, two, "", nullptr), GemmOperands::weights_m);
+  EXPECT_EQ(select_operands(kDownFp8, 128, true, "down_fp8_bt128_tm_s6", nullptr), GemmOperands::tokens_m);
+  EXPECT_EQ(select_operands(kProjection, 128, true, "proj_fp8_bt128_tm_s6", nullptr), GemmOperands::tokens_m);
   // Narrower token tiles, gate/up weights whose halves have several scales and bf16 keep
   // weights as M.
   for (const GemmFamily& f : {kProjection, kUpFp8, kDownFp8})
