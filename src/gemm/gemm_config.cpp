@@ -51,7 +51,7 @@ GemmConfigId gemm_config_of(GemmWeights w, GemmRows rows, GemmEpilogue epi, int 
                waves, operands == GemmOperands::tokens_m ? "tokens" : "weights");
 }
 
-GemmOperands select_operands(const GemmFamily& f, int block_t, bool two_scales,
+GemmOperands select_operands(const GemmFamily& f, int block_t, int K, bool two_scales,
                              const std::string& forced, std::string* reason) {
   GemmOperands o = GemmOperands::weights_m;
   const char* why = nullptr;
@@ -68,13 +68,18 @@ GemmOperands select_operands(const GemmFamily& f, int block_t, bool two_scales,
              f.epilogue == GemmEpilogue::swiglu && two_scales) {
     // The per-block promotion is the mainloop's largest cost with weights as M (32 column
     // scales per thread and block): tokens as M need two products per thread and block.
-    // Measured on H100 (docs/performance.md, issue 10 step 2): gate/up -8..-23% at T=2048/8192.
-    // The combine GEMMs keep weights as M: their tokens-as-M configs measured 1.3-1.45x slower
-    // for qwen3-30b / qwen3.5 down at T=2048/8192 (the combine epilogue then reduces two
-    // tokens x 32 column pairs per thread element by element; not yet separated from the
-    // mainloop's per-64-row promotions). They stay compiled, for FMOE_FORCE_CONFIG.
+    // Measured on H100 (docs/performance.md, issue 10 step 2): gate/up -7..-23% at T=2048/8192.
     o = GemmOperands::tokens_m;
     why = "tokens as wgmma's M side (fp8 promotion by two products per thread and block)";
+  } else if (f.weights == GemmWeights::fp8_block && block_t == 128 &&
+             f.epilogue == GemmEpilogue::combine && f.rows == GemmRows::tma && K >= 2048) {
+    // The down GEMM: the cheaper promotion pays where K is long enough to amortize the tokens_m
+    // combine epilogue (16-byte reductions of 4 adjacent outputs). Measured on H100 (step 2):
+    // deepseek-v3 (K=2048) down -6% / -12% at T=2048 / 8192; qwen3-30b / qwen3.5 (K=768 / 512)
+    // -4..-7% at T=2048 but +4..+6% at T=8192, so they keep weights as M. The projection's
+    // gathered rows (N=512, scalar reductions) measured +21..+28% slower: weights as M.
+    o = GemmOperands::tokens_m;
+    why = "tokens as wgmma's M side (K >= 2048: the promotion's saving outweighs the combine's)";
   }
   if (reason && why) *reason += std::string(reason->empty() ? "" : "; ") + family_name(f.rows, f.epilogue) + ": " + why;
   return o;

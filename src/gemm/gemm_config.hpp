@@ -57,12 +57,12 @@ int select_block_t(int T, int k, int E, const std::string& forced,
 int select_waves(const GemmFamily& f, int block_t, int nb, int K, const std::string& forced,
                  std::string* reason);
 
-/// Which operand is wgmma's M side for one GEMM of family `f` with token tiles of `block_t`.
-/// `two_scales`: the fp8 gate/up weights have one scale per 64-row gate half and one per up half
+/// Which operand is wgmma's M side for one GEMM of family `f` with token tiles of `block_t` and
+/// reduction depth K. `two_scales`: the fp8 gate/up weights have one scale per 64-row gate half and one per up half
 /// of every 128-row wave and k-block (what tokens_m's promotion reads; the layer's prepare step
 /// checks it). A forced config of this family decides; a forced tokens_m config without
 /// two_scales is an Error.
-GemmOperands select_operands(const GemmFamily& f, int block_t, bool two_scales,
+GemmOperands select_operands(const GemmFamily& f, int block_t, int K, bool two_scales,
                              const std::string& forced, std::string* reason);
 
 }  // namespace fusedmoe::detail

@@ -65,7 +65,9 @@ struct Epilogue<Cfg, GemmEpilogue::combine> {
   // tokens_m: this thread holds tokens c0 = 64 wgc + 16 warp + lane/4 and c0 + 8, and rows
   // 8b + 2(lane%4) + h of the wave. Paired rows (in each 16, rows j < 8 are outputs 2j and rows
   // j >= 8 outputs 2(j-8)+1): b = 2g and b = 2g + 1 hold outputs 16g + 4(lane%4) + 2h and the one
-  // after it, added by one 8-byte reduction; plain rows: outputs 8b + 2(lane%4) + h, the pair
+  // after it, so h = 0, 1 are four adjacent outputs, added by one 16-byte reduction (a quad then
+  // covers 64 contiguous bytes of a token's row; 8-byte reductions left every other 8 bytes of
+  // each sector to a second instruction); plain rows: outputs 8b + 2(lane%4) + h, the pair
   // (h = 0, 1) adjacent.
   template <bool kPaired, bool kDet>
   __device__ static void tokens_m_rows(const GroupedGemmParams& p, const Segment& s,
@@ -81,16 +83,16 @@ struct Epilogue<Cfg, GemmEpilogue::combine> {
       float* row = p.out + int64_t(out_row) * p.N;
       if constexpr (kPaired) {
 #pragma unroll
-        for (int g = 0; g < Cfg::kAccRegs / 8; ++g)
+        for (int g = 0; g < Cfg::kAccRegs / 8; ++g) {
+          const int n = n0 + 16 * g + 4 * q;  // N % 16 == 0: n .. n + 3 in range together
+          if (n >= p.N) continue;
+          float v[4];
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int n = n0 + 16 * g + 4 * q + 2 * h;  // N % 16 == 0: n, n + 1 in range together
-            if (n >= p.N) continue;
-            const float va = (acc[4 * (2 * g) + 2 * r + h] + (bias ? bias[n] : 0.0f)) * w;
-            const float vb = (acc[4 * (2 * g + 1) + 2 * r + h] + (bias ? bias[n + 1] : 0.0f)) * w;
-            if constexpr (kDet) *reinterpret_cast<float2*>(row + n) = make_float2(va, vb);
-            else ptx::red_add_v2(row + n, va, vb);
-          }
+          for (int j = 0; j < 4; ++j)  // output n + j: h = j / 2, b = 2g + j % 2
+            v[j] = (acc[4 * (2 * g + j % 2) + 2 * r + j / 2] + (bias ? bias[n + j] : 0.0f)) * w;
+          if constexpr (kDet) *reinterpret_cast<float4*>(row + n) = make_float4(v[0], v[1], v[2], v[3]);
+          else ptx::red_add_v4(row + n, v[0], v[1], v[2], v[3]);
+        }
       } else {
 #pragma unroll
         for (int b = 0; b < Cfg::kAccRegs / 4; ++b)

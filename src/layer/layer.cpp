@@ -505,10 +505,10 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   const int up_waves = select_waves(up_fam, bt, L.NT1, H, knobs().force_config, &plan.config_reason);
   const int down_waves = select_waves(down_fam, bt, L.NB2, L.I, knobs().force_config, &plan.config_reason);
   const GemmOperands up_operands =
-      select_operands(up_fam, bt, L.w13_two_scales, knobs().force_config, &plan.config_reason);
+      select_operands(up_fam, bt, H, L.w13_two_scales, knobs().force_config, &plan.config_reason);
   plan.up_config = gemm_config_of(up_fam.weights, up_fam.rows, up_fam.epilogue, bt, up_waves, up_operands);
   const GemmOperands down_operands =
-      select_operands(down_fam, bt, true, knobs().force_config, &plan.config_reason);
+      select_operands(down_fam, bt, L.I, true, knobs().force_config, &plan.config_reason);
   plan.down_config = gemm_config_of(down_fam.weights, down_fam.rows, down_fam.epilogue, bt, down_waves, down_operands);
   const int R = T * L.k_total;
   plan.fused_schedule = knobs().fused_schedule && bt <= 64 && R <= kFusedScheduleRoutes;

@@ -94,7 +94,7 @@ GemmConfigId select_projection_config(int T, int k, int E, int N, int K, std::st
   std::string why;
   const int bt = select_block_t(T, k, E, knobs().force_config, {fam}, &why);
   const int waves = select_waves(fam, bt, int(cdiv(N, 128)), K, knobs().force_config, &why);
-  const GemmOperands operands = select_operands(fam, bt, true, knobs().force_config, &why);
+  const GemmOperands operands = select_operands(fam, bt, K, true, knobs().force_config, &why);
   if (reason) *reason = why;
   return gemm_config_of(fam.weights, fam.rows, fam.epilogue, bt, waves, operands);
 }

@@ -87,22 +87,26 @@ TEST(GemmConfig, WavesDoubleTheWeightTileWhereMeasuredFaster) {
 
 TEST(GemmConfig, TokensTakeTheMSideOfTheFp8GateUpGemmAtPrefill) {
   std::string why;
-  EXPECT_EQ(select_operands(kUpFp8, 128, true, "", &why), GemmOperands::tokens_m);
+  EXPECT_EQ(select_operands(kUpFp8, 128, 2048, true, "", &why), GemmOperands::tokens_m);
   EXPECT_NE(why.find("tokens as wgmma's M side"), std::string::npos) << why;
-  // The combine GEMMs keep weights as M (their tokens-as-M configs measured slower), even
-  // with one weight scale per 128x128 block; forcing one still selects it.
-  for (const GemmFamily& f : {kProjection, kDownFp8})
-    for (bool two : {false, true})
-      EXPECT_EQ(select_operands(f, 128, two, "", nullptr), GemmOperands::weights_m);
-  EXPECT_EQ(select_operands(kDownFp8, 128, true, "down_fp8_bt128_tm_s6", nullptr), GemmOperands::tokens_m);
-  EXPECT_EQ(select_operands(kProjection, 128, true, "proj_fp8_bt128_tm_s6", nullptr), GemmOperands::tokens_m);
+  // The down GEMM takes tokens as M from K = 2048 (deepseek-v3's I), where it measured faster;
+  // shorter K (qwen's I = 512, 768) and the projection keep weights as M; forcing one decides.
+  why.clear();
+  EXPECT_EQ(select_operands(kDownFp8, 128, 2048, true, "", &why), GemmOperands::tokens_m);
+  EXPECT_NE(why.find("K >= 2048"), std::string::npos) << why;
+  for (int K : {512, 768, 2047})
+    EXPECT_EQ(select_operands(kDownFp8, 128, K, true, "", nullptr), GemmOperands::weights_m) << K;
+  for (int K : {2048, 7168})
+    EXPECT_EQ(select_operands(kProjection, 128, K, true, "", nullptr), GemmOperands::weights_m) << K;
+  EXPECT_EQ(select_operands(kDownFp8, 128, 2048, true, "down_fp8_bt128_tm_s6", nullptr), GemmOperands::tokens_m);
+  EXPECT_EQ(select_operands(kProjection, 128, 2048, true, "proj_fp8_bt128_tm_s6", nullptr), GemmOperands::tokens_m);
   // Narrower token tiles, gate/up weights whose halves have several scales and bf16 keep
   // weights as M.
   for (const GemmFamily& f : {kProjection, kUpFp8, kDownFp8})
-    EXPECT_EQ(select_operands(f, 64, true, "", nullptr), GemmOperands::weights_m);
-  EXPECT_EQ(select_operands(kUpFp8, 128, false, "", nullptr), GemmOperands::weights_m);
+    EXPECT_EQ(select_operands(f, 64, 2048, true, "", nullptr), GemmOperands::weights_m);
+  EXPECT_EQ(select_operands(kUpFp8, 128, 2048, false, "", nullptr), GemmOperands::weights_m);
   for (const GemmFamily& f : {kUpBf16, kDownBf16})
-    EXPECT_EQ(select_operands(f, 128, true, "", nullptr), GemmOperands::weights_m);
+    EXPECT_EQ(select_operands(f, 128, 2048, true, "", nullptr), GemmOperands::weights_m);
   // Both wave counts are compiled with tokens as M for both layer GEMMs, one for the projection.
   for (const GemmFamily& f : {kUpFp8, kDownFp8, kProjection})
     for (int waves : {1, 2}) {
@@ -113,10 +117,10 @@ TEST(GemmConfig, TokensTakeTheMSideOfTheFp8GateUpGemmAtPrefill) {
       EXPECT_EQ(c.waves, waves);
     }
   // A forced config decides for its family; tokens as M need the two scales.
-  EXPECT_EQ(select_operands(kUpFp8, 128, true, "up_fp8_bt128_w2_s4", nullptr), GemmOperands::weights_m);
-  EXPECT_EQ(select_operands(kUpFp8, 128, true, "up_fp8_bt128_w2_tm_s4", nullptr), GemmOperands::tokens_m);
-  EXPECT_EQ(select_operands(kUpFp8, 128, false, "down_fp8_bt128_s6", nullptr), GemmOperands::weights_m);
-  test::expect_error([] { select_operands(kUpFp8, 128, false, "up_fp8_bt128_tm_s5", nullptr); },
+  EXPECT_EQ(select_operands(kUpFp8, 128, 2048, true, "up_fp8_bt128_w2_s4", nullptr), GemmOperands::weights_m);
+  EXPECT_EQ(select_operands(kUpFp8, 128, 2048, true, "up_fp8_bt128_w2_tm_s4", nullptr), GemmOperands::tokens_m);
+  EXPECT_EQ(select_operands(kUpFp8, 128, 2048, false, "down_fp8_bt128_s6", nullptr), GemmOperands::weights_m);
+  test::expect_error([] { select_operands(kUpFp8, 128, 2048, false, "up_fp8_bt128_tm_s5", nullptr); },
                      "FMOE_FORCE_CONFIG=up_fp8_bt128_tm_s5 puts tokens on wgmma's M side");
   test::expect_error([] { gemm_config_of(GemmWeights::bf16, GemmRows::gathered, GemmEpilogue::swiglu, 128, 1,
                                          GemmOperands::tokens_m); },

@@ -72,6 +72,11 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 __device__ __forceinline__ void red_add_v2(float* addr, float a, float b) {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(addr), "f"(a), "f"(b));
 }
+/// Four adjacent fp32 additions in one reduction (sm_90); addr 16-byte aligned.
+__device__ __forceinline__ void red_add_v4(float* addr, float a, float b, float c, float d) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(addr), "f"(a), "f"(b),
+               "f"(c), "f"(d));
+}
 
 // ---- math ---------------------------------------------------------------------------------------
 /// max(|a|, |b|) that propagates NaN (fmaxf would drop it): a NaN in a quantization block must
