@@ -63,13 +63,17 @@ struct Epilogue<Cfg, GemmEpilogue::combine> {
   }
 
   // tokens_m: this thread holds tokens c0 = 64 wgc + 16 warp + lane/4 and c0 + 8, and rows
-  // 8b + 2(lane%4) + h of the wave. Paired rows (in each 16, rows j < 8 are outputs 2j and rows
-  // j >= 8 outputs 2(j-8)+1): b = 2g and b = 2g + 1 hold outputs 16g + 4(lane%4) + 2h and the one
-  // after it, so h = 0, 1 are four adjacent outputs, added by one 16-byte reduction (a quad then
-  // covers 64 contiguous bytes of a token's row; 8-byte reductions left every other 8 bytes of
-  // each sector to a second instruction); plain rows: outputs 8b + 2(lane%4) + h, the pair
-  // (h = 0, 1) adjacent.
-  template <bool kPaired, bool kDet>
+  // 8b + 2(lane%4) + h of the wave. Each reduction adds 4 adjacent outputs of one token (16
+  // bytes; a quad then covers 64 contiguous bytes of the token's row: 8-byte reductions left
+  // every other 8 bytes of each sector to a second instruction, measured 1.3-1.45x slower):
+  //  - kPaired rows (in each 16, rows j < 8 are outputs 2j and rows j >= 8 outputs 2(j-8)+1):
+  //    b = 2g, 2g + 1 and h = 0, 1 are the four outputs 16g + 4(lane%4) + 0..3;
+  //  - plain rows with N % 4 == 0 (kQuad): outputs 8b + 2(lane%4) + h, so lanes q and q^1 swap
+  //    one pair (even q sends b = 2g + 1's, odd q b = 2g's): even q adds 16g + 2q + 0..3, odd q
+  //    16g + 8 + 2(q-1) + 0..3;
+  //  - other plain rows: one output at a time.
+  enum class Rows { plain, paired, quad };
+  template <Rows kRows, bool kDet>
   __device__ static void tokens_m_rows(const GroupedGemmParams& p, const Segment& s,
                                        const typename Cfg::TileMeta& m,
                                        const float (&acc)[Cfg::kAccRegs], int c0, int q) {
@@ -77,11 +81,11 @@ struct Epilogue<Cfg, GemmEpilogue::combine> {
     const float* bias = p.bias && s.kb0 == 0 ? p.bias + int64_t(s.e) * p.N : nullptr;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int out_row = m.col_out[c0 + 8 * r];
-      if (out_row < 0) continue;  // absent column
+      const int out_row = m.col_out[c0 + 8 * r];  // lanes q and q^1 share it (same token)
       const float w = m.col_weight[c0 + 8 * r];
       float* row = p.out + int64_t(out_row) * p.N;
-      if constexpr (kPaired) {
+      if constexpr (kRows == Rows::paired) {
+        if (out_row < 0) continue;  // absent column
 #pragma unroll
         for (int g = 0; g < Cfg::kAccRegs / 8; ++g) {
           const int n = n0 + 16 * g + 4 * q;  // N % 16 == 0: n .. n + 3 in range together
@@ -93,7 +97,25 @@ struct Epilogue<Cfg, GemmEpilogue::combine> {
           if constexpr (kDet) *reinterpret_cast<float4*>(row + n) = make_float4(v[0], v[1], v[2], v[3]);
           else ptx::red_add_v4(row + n, v[0], v[1], v[2], v[3]);
         }
+      } else if constexpr (kRows == Rows::quad) {
+        const bool odd = q & 1;
+#pragma unroll
+        for (int g = 0; g < Cfg::kAccRegs / 8; ++g) {
+          // The swap runs on every lane (before any lane skips), so the shuffles converge.
+          const int keep = 4 * (2 * g + (odd ? 1 : 0)) + 2 * r, give = 4 * (2 * g + (odd ? 0 : 1)) + 2 * r;
+          const float got0 = __shfl_xor_sync(0xffffffffu, acc[give], 1);
+          const float got1 = __shfl_xor_sync(0xffffffffu, acc[give + 1], 1);
+          const int n = n0 + 16 * g + (odd ? 8 + 2 * (q - 1) : 2 * q);  // N % 4 == 0: n .. n + 3
+          if (out_row < 0 || n >= p.N) continue;
+          float v[4] = {acc[keep], acc[keep + 1], got0, got1};
+          if (odd) { v[0] = got0; v[1] = got1; v[2] = acc[keep]; v[3] = acc[keep + 1]; }
+#pragma unroll
+          for (int j = 0; j < 4; ++j) v[j] = (v[j] + (bias ? bias[n + j] : 0.0f)) * w;
+          if constexpr (kDet) *reinterpret_cast<float4*>(row + n) = make_float4(v[0], v[1], v[2], v[3]);
+          else ptx::red_add_v4(row + n, v[0], v[1], v[2], v[3]);
+        }
       } else {
+        if (out_row < 0) continue;  // absent column
 #pragma unroll
         for (int b = 0; b < Cfg::kAccRegs / 4; ++b)
 #pragma unroll
@@ -115,11 +137,14 @@ struct Epilogue<Cfg, GemmEpilogue::combine> {
     if constexpr (Cfg::kTokensM) {
       const int c0 = 64 * wgc + 16 * warp + lane / 4, q = lane % 4;
       if (p.paired_rows) {
-        if (p.deterministic) tokens_m_rows<true, true>(p, s, m, acc, c0, q);
-        else tokens_m_rows<true, false>(p, s, m, acc, c0, q);
+        if (p.deterministic) tokens_m_rows<Rows::paired, true>(p, s, m, acc, c0, q);
+        else tokens_m_rows<Rows::paired, false>(p, s, m, acc, c0, q);
+      } else if (p.N % 4 == 0) {
+        if (p.deterministic) tokens_m_rows<Rows::quad, true>(p, s, m, acc, c0, q);
+        else tokens_m_rows<Rows::quad, false>(p, s, m, acc, c0, q);
       } else {
-        if (p.deterministic) tokens_m_rows<false, true>(p, s, m, acc, c0, q);
-        else tokens_m_rows<false, false>(p, s, m, acc, c0, q);
+        if (p.deterministic) tokens_m_rows<Rows::plain, true>(p, s, m, acc, c0, q);
+        else tokens_m_rows<Rows::plain, false>(p, s, m, acc, c0, q);
       }
       return;
     }
