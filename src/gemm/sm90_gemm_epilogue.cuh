@@ -101,14 +101,16 @@ struct Epilogue<Cfg, GemmEpilogue::combine> {
         const bool odd = q & 1;
 #pragma unroll
         for (int g = 0; g < Cfg::kAccRegs / 8; ++g) {
-          // The swap runs on every lane (before any lane skips), so the shuffles converge.
-          const int keep = 4 * (2 * g + (odd ? 1 : 0)) + 2 * r, give = 4 * (2 * g + (odd ? 0 : 1)) + 2 * r;
-          const float got0 = __shfl_xor_sync(0xffffffffu, acc[give], 1);
-          const float got1 = __shfl_xor_sync(0xffffffffu, acc[give + 1], 1);
+          // The swap runs on every lane (before any lane skips), so the shuffles converge. The
+          // accumulator indices stay compile-time constants (selects on values, never a
+          // runtime index: that would move the whole fragment to local memory).
+          const int e = 4 * (2 * g) + 2 * r, o = 4 * (2 * g + 1) + 2 * r;  // b = 2g, 2g + 1
+          const float k0 = odd ? acc[o] : acc[e], k1 = odd ? acc[o + 1] : acc[e + 1];
+          const float got0 = __shfl_xor_sync(0xffffffffu, odd ? acc[e] : acc[o], 1);
+          const float got1 = __shfl_xor_sync(0xffffffffu, odd ? acc[e + 1] : acc[o + 1], 1);
           const int n = n0 + 16 * g + (odd ? 8 + 2 * (q - 1) : 2 * q);  // N % 4 == 0: n .. n + 3
           if (out_row < 0 || n >= p.N) continue;
-          float v[4] = {acc[keep], acc[keep + 1], got0, got1};
-          if (odd) { v[0] = got0; v[1] = got1; v[2] = acc[keep]; v[3] = acc[keep + 1]; }
+          float v[4] = {odd ? got0 : k0, odd ? got1 : k1, odd ? k0 : got0, odd ? k1 : got1};
 #pragma unroll
           for (int j = 0; j < 4; ++j) v[j] = (v[j] + (bias ? bias[n + j] : 0.0f)) * w;
           if constexpr (kDet) *reinterpret_cast<float4*>(row + n) = make_float4(v[0], v[1], v[2], v[3]);
