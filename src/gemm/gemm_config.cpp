@@ -72,12 +72,12 @@ GemmOperands select_operands(const GemmFamily& f, int block_t, int K, bool two_s
     o = GemmOperands::tokens_m;
     why = "tokens as wgmma's M side (fp8 promotion by two products per thread and block)";
   } else if (f.weights == GemmWeights::fp8_block && block_t == 128 &&
-             f.epilogue == GemmEpilogue::combine && f.rows == GemmRows::tma && K >= 2048) {
-    // The down GEMM: the cheaper promotion pays where K is long enough to amortize the tokens_m
-    // combine epilogue (16-byte reductions of 4 adjacent outputs). Measured on H100 (step 2):
-    // deepseek-v3 (K=2048) down -6% / -12% at T=2048 / 8192; qwen3-30b / qwen3.5 (K=768 / 512)
-    // -4..-7% at T=2048 but +4..+6% at T=8192, so they keep weights as M. The projection's
-    // gathered rows (N=512, scalar reductions) measured +21..+28% slower: weights as M.
+             f.epilogue == GemmEpilogue::combine && K >= 2048) {
+    // The combine GEMMs: the cheaper promotion pays where K is long enough to amortize the
+    // tokens_m combine epilogue (16-byte reductions of 4 adjacent outputs). Measured on H100
+    // (step 2): deepseek-v3's down (K=2048) -5% / -13% at T=2048 / 8192; the projection
+    // (qwen3.5, K=2048) -2..-4% end to end at T=2048..16384; qwen3-30b / qwen3.5 down (K=768 /
+    // 512) -4..-7% at T=2048 but +4..+6% at T=8192, so they keep weights as M.
     o = GemmOperands::tokens_m;
     why = "tokens as wgmma's M side (K >= 2048: the promotion's saving outweighs the combine's)";
   }

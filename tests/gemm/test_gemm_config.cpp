@@ -89,15 +89,19 @@ TEST(GemmConfig, TokensTakeTheMSideOfTheFp8GateUpGemmAtPrefill) {
   std::string why;
   EXPECT_EQ(select_operands(kUpFp8, 128, 2048, true, "", &why), GemmOperands::tokens_m);
   EXPECT_NE(why.find("tokens as wgmma's M side"), std::string::npos) << why;
-  // The down GEMM takes tokens as M from K = 2048 (deepseek-v3's I), where it measured faster;
-  // shorter K (qwen's I = 512, 768) and the projection keep weights as M; forcing one decides.
+  // The combine GEMMs take tokens as M from K = 2048 (deepseek-v3's I, qwen3.5's hidden size for
+  // the projection), where it measured faster; shorter K (qwen's I = 512, 768) keeps weights as
+  // M; forcing one decides.
   why.clear();
   EXPECT_EQ(select_operands(kDownFp8, 128, 2048, true, "", &why), GemmOperands::tokens_m);
   EXPECT_NE(why.find("K >= 2048"), std::string::npos) << why;
-  for (int K : {512, 768, 2047})
-    EXPECT_EQ(select_operands(kDownFp8, 128, K, true, "", nullptr), GemmOperands::weights_m) << K;
-  for (int K : {2048, 7168})
-    EXPECT_EQ(select_operands(kProjection, 128, K, true, "", nullptr), GemmOperands::weights_m) << K;
+  for (const GemmFamily& f : {kDownFp8, kProjection}) {
+    for (int K : {512, 768, 2047})
+      EXPECT_EQ(select_operands(f, 128, K, true, "", nullptr), GemmOperands::weights_m) << K;
+    for (int K : {2048, 7168})
+      EXPECT_EQ(select_operands(f, 128, K, true, "", nullptr), GemmOperands::tokens_m) << K;
+  }
+  EXPECT_EQ(select_operands(kProjection, 128, 2048, true, "proj_fp8_bt128_s6", nullptr), GemmOperands::weights_m);
   EXPECT_EQ(select_operands(kDownFp8, 128, 2048, true, "down_fp8_bt128_tm_s6", nullptr), GemmOperands::tokens_m);
   EXPECT_EQ(select_operands(kProjection, 128, 2048, true, "proj_fp8_bt128_tm_s6", nullptr), GemmOperands::tokens_m);
   // Narrower token tiles, gate/up weights whose halves have several scales and bf16 keep
