@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# The config.json reader under AddressSanitizer + UndefinedBehaviorSanitizer, in two steps:
-#   1. the CPU tests of tests/config (GoogleTest) built with both sanitizers, run once;
+# The config.json and safetensors readers under AddressSanitizer + UndefinedBehaviorSanitizer:
+#   1. the CPU tests of tests/config and tests/checkpoint/test_safetensors (GoogleTest) built with
+#      both sanitizers, run once;
 #   2. a bounded libFuzzer run of tests/fuzz/fuzz_config.cpp, seeded with the real config.json of
-#      every supported family (tests/config/data).
+#      every supported family (tests/config/data);
+#   3. a bounded libFuzzer run of tests/fuzz/fuzz_safetensors.cpp (the header parser on whole
+#      files in memory), seeded with tests/fuzz/safetensors_seeds.
 # Fails (nonzero) on any finding: a test failure, a sanitizer report, a crash, a hang (-timeout),
 # memory above -rss_limit_mb, a leak, an exception other than fusedmoe::Error, or an unsafe
 # message. Only the CPU sources the reader needs are built (clang; no CUDA, no CMake).
 #
-#   FMOE_FUZZ_SECONDS  fuzzing time in seconds (default 60)
+#   FMOE_FUZZ_SECONDS  config fuzzing time in seconds (default 60)
+#   FMOE_FUZZ_ST_SECONDS  safetensors fuzzing time in seconds (default 60; two fork workers:
+#                         ~1.1M executions in 50 s on 2 cores, the issue's >= 1M)
 #   FMOE_FUZZ_DIR      build and corpus directory (default build-fuzz; kept between runs)
 # Installs clang and its fuzzer/sanitizer runtimes, GoogleTest, nlohmann-json and the locale
 # sources (for the locale test) with apt when they are missing.
@@ -26,6 +31,7 @@ apt_install() {
 }
 
 SECONDS_TOTAL=${FMOE_FUZZ_SECONDS:-60}
+ST_SECONDS=${FMOE_FUZZ_ST_SECONDS:-60}
 DIR=${FMOE_FUZZ_DIR:-build-fuzz}
 mkdir -p "$DIR/obj" "$DIR/corpus" "$DIR/findings"
 
@@ -66,8 +72,8 @@ LAUNCH=""
 if have ccache; then LAUNCH="ccache"; fi
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 CXXFLAGS="-std=c++20 -g -O1 -Wall -Wextra -Wno-unused-parameter $SAN -Iinclude -Isrc -I."
-LIB_SOURCES="src/common/json.cpp src/common/text.cpp src/common/error.cpp src/config/config.cpp src/config/hf_config.cpp"
-TEST_SOURCES="tests/config/test_config.cpp tests/config/test_json.cpp tests/config/test_locale.cpp"
+LIB_SOURCES="src/common/json.cpp src/common/text.cpp src/common/error.cpp src/config/config.cpp src/config/hf_config.cpp src/checkpoint/safetensors.cpp"
+TEST_SOURCES="tests/config/test_config.cpp tests/config/test_json.cpp tests/config/test_locale.cpp tests/checkpoint/test_safetensors.cpp"
 obj_of() { echo "$DIR/obj/$(echo "$1" | tr / _).o"; }
 compile_all() {  # compile_all "<extra flags>" sources...: in parallel; fails if any fails
   local flags=$1; shift
@@ -89,6 +95,8 @@ for s in $TEST_SOURCES; do test_objects+=("$(obj_of "$s")"); done
   -lgtest_main -lgtest -lpthread -o "$DIR/test_config_san"
 "$CXX" $CXXFLAGS -fsanitize=fuzzer tests/fuzz/fuzz_config.cpp "${lib_objects[@]}" \
   -o "$DIR/fuzz_config"
+"$CXX" $CXXFLAGS -fsanitize=fuzzer tests/fuzz/fuzz_safetensors.cpp "${lib_objects[@]}" \
+  -o "$DIR/fuzz_safetensors"
 
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
@@ -96,7 +104,7 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 # ---- 1. the config tests under the sanitizers ---------------------------------------------------
 # ParsingMemoryStaysBounded measures RSS, which ASan's shadow memory and quarantine inflate; it
 # runs in the normal (ctest) build.
-log "tests/config under ASan + UBSan"
+log "tests/config and the safetensors tests under ASan + UBSan"
 "$DIR/test_config_san" --gtest_brief=1 --gtest_filter='-Json.ParsingMemoryStaysBounded'
 
 # ---- 2. the bounded fuzz run --------------------------------------------------------------------
@@ -117,3 +125,22 @@ if [ "$status" != 0 ] || [ "$findings" != 0 ]; then
   exit 1
 fi
 log "no findings"
+
+# ---- 3. the safetensors header parser ------------------------------------------------------------
+mkdir -p "$DIR/corpus_st"
+log "fuzzing parse_safetensors_header for ${ST_SECONDS}s (corpus $DIR/corpus_st, seeds tests/fuzz/safetensors_seeds)"
+status=0
+"$DIR/fuzz_safetensors" "$DIR/corpus_st" tests/fuzz/safetensors_seeds \
+  -fork=2 -max_total_time="$ST_SECONDS" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
+  -max_len=4096 -artifact_prefix="$DIR/findings/" -print_final_stats=1 \
+  >"$DIR/fuzz_st.log" 2>&1 || status=$?
+# fork mode reports "#<executions>: cov: ... exec/s ..." per job: the last one is the total.
+grep -E "^#[0-9]+: " "$DIR/fuzz_st.log" | tail -1 | sed 's/^/[fuzz]   executions /' || true
+findings=$(ls "$DIR/findings" 2>/dev/null | wc -l)
+if [ "$status" != 0 ] || [ "$findings" != 0 ]; then
+  tail -n 60 "$DIR/fuzz_st.log" >&2
+  echo "[fuzz] FAILED: libFuzzer exit $status, $findings finding(s) in $DIR/findings" \
+       "(reproduce: $DIR/fuzz_safetensors <file>)" >&2
+  exit 1
+fi
+log "safetensors: no findings"
