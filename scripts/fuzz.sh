@@ -108,39 +108,36 @@ log "tests/config and the safetensors tests under ASan + UBSan"
 "$DIR/test_config_san" --gtest_brief=1 --gtest_filter='-Json.ParsingMemoryStaysBounded'
 
 # ---- 2. the bounded fuzz run --------------------------------------------------------------------
-rm -f "$DIR/findings/"*
+# fuzz <target> <log> <corpus> <seeds> [libFuzzer options...]: a bounded run of $DIR/<target>;
+# fails on a nonzero exit or any finding, printing the log's tail.
+fuzz() {
+  local target=$1 logfile=$2 corpus=$3 seeds=$4 status=0 findings
+  shift 4
+  mkdir -p "$corpus"
+  rm -f "$DIR/findings/"*
+  "$DIR/$target" "$corpus" "$seeds" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
+    -max_len=4096 -artifact_prefix="$DIR/findings/" -print_final_stats=1 "$@" \
+    >"$logfile" 2>&1 || status=$?
+  # Single-process runs end with stat:: lines; fork mode reports "#<executions>: cov: ..." per
+  # job, the last one being the total.
+  grep -E "^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)|^#[0-9]+ +DONE" \
+    "$logfile" | sed 's/^/[fuzz]   /' || true
+  grep -E "^#[0-9]+: " "$logfile" | tail -1 | sed 's/^/[fuzz]   executions /' || true
+  findings=$(ls "$DIR/findings" 2>/dev/null | wc -l)
+  if [ "$status" != 0 ] || [ "$findings" != 0 ]; then
+    tail -n 60 "$logfile" >&2
+    echo "[fuzz] FAILED: libFuzzer exit $status, $findings finding(s) in $DIR/findings" \
+         "(reproduce: $DIR/$target <file>)" >&2
+    exit 1
+  fi
+}
 log "fuzzing config_from_hf_json_text for ${SECONDS_TOTAL}s (corpus $DIR/corpus, seeds tests/config/data)"
-status=0
-"$DIR/fuzz_config" "$DIR/corpus" tests/config/data \
-  -dict=tests/fuzz/config.dict -max_total_time="$SECONDS_TOTAL" -timeout=10 -rss_limit_mb=2048 \
-  -malloc_limit_mb=1024 -max_len=4096 -artifact_prefix="$DIR/findings/" -print_final_stats=1 \
-  >"$DIR/fuzz.log" 2>&1 || status=$?
-grep -E "^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)|^#[0-9]+ +DONE" \
-  "$DIR/fuzz.log" | sed 's/^/[fuzz]   /' || true
-findings=$(ls "$DIR/findings" 2>/dev/null | wc -l)
-if [ "$status" != 0 ] || [ "$findings" != 0 ]; then
-  tail -n 60 "$DIR/fuzz.log" >&2
-  echo "[fuzz] FAILED: libFuzzer exit $status, $findings finding(s) in $DIR/findings" \
-       "(reproduce: $DIR/fuzz_config <file>)" >&2
-  exit 1
-fi
+fuzz fuzz_config "$DIR/fuzz.log" "$DIR/corpus" tests/config/data \
+  -dict=tests/fuzz/config.dict -max_total_time="$SECONDS_TOTAL"
 log "no findings"
 
 # ---- 3. the safetensors header parser ------------------------------------------------------------
-mkdir -p "$DIR/corpus_st"
 log "fuzzing parse_safetensors_header for ${ST_SECONDS}s (corpus $DIR/corpus_st, seeds tests/fuzz/safetensors_seeds)"
-status=0
-"$DIR/fuzz_safetensors" "$DIR/corpus_st" tests/fuzz/safetensors_seeds \
-  -fork=2 -max_total_time="$ST_SECONDS" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
-  -max_len=4096 -artifact_prefix="$DIR/findings/" -print_final_stats=1 \
-  >"$DIR/fuzz_st.log" 2>&1 || status=$?
-# fork mode reports "#<executions>: cov: ... exec/s ..." per job: the last one is the total.
-grep -E "^#[0-9]+: " "$DIR/fuzz_st.log" | tail -1 | sed 's/^/[fuzz]   executions /' || true
-findings=$(ls "$DIR/findings" 2>/dev/null | wc -l)
-if [ "$status" != 0 ] || [ "$findings" != 0 ]; then
-  tail -n 60 "$DIR/fuzz_st.log" >&2
-  echo "[fuzz] FAILED: libFuzzer exit $status, $findings finding(s) in $DIR/findings" \
-       "(reproduce: $DIR/fuzz_safetensors <file>)" >&2
-  exit 1
-fi
+fuzz fuzz_safetensors "$DIR/fuzz_st.log" "$DIR/corpus_st" tests/fuzz/safetensors_seeds \
+  -fork=2 -max_total_time="$ST_SECONDS"
 log "safetensors: no findings"
