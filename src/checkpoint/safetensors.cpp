@@ -50,7 +50,9 @@ uint64_t as_u64(const json::Value& v, const std::string& origin, const std::stri
   bad(origin, what + " must be a non-negative integer, got " + q(v.dump()));
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
+}  // namespace
+
+std::string st_shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) {
     if (i) s += ", ";
@@ -58,8 +60,6 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   }
   return s + "]";
 }
-
-}  // namespace
 
 const char* st_dtype_name(StDType t) {
   for (const DTypeInfo& d : kDTypes)
@@ -79,7 +79,7 @@ int64_t StTensor::numel() const {
   return n;
 }
 
-std::string StTensor::describe() const { return shape_text(shape) + " " + st_dtype_name(dtype); }
+std::string StTensor::describe() const { return st_shape_text(shape) + " " + st_dtype_name(dtype); }
 
 StHeader parse_safetensors_header(const uint8_t* bytes, size_t size, const std::string& origin,
                                   const StLimits& limits) {
@@ -158,7 +158,7 @@ StHeader parse_safetensors_header(const uint8_t* bytes, size_t size, const std::
                       " is past the data section (" + std::to_string(data_bytes) + " bytes)");
     const unsigned __int128 want = elems * info->bytes;
     if (want != t.end - t.begin)
-      bad(origin, where + ": shape " + shape_text(t.shape) + " " + info->name + " needs " +
+      bad(origin, where + ": shape " + st_shape_text(t.shape) + " " + info->name + " needs " +
                       (want > (unsigned __int128)(UINT64_MAX) ? std::string("more than 2^64")
                                                              : std::to_string(uint64_t(want))) +
                       " bytes, its data_offsets hold " + std::to_string(t.end - t.begin));

@@ -27,6 +27,7 @@ namespace fusedmoe::detail {
 enum class StDType : uint8_t { boolean, u8, i8, i16, u16, f16, bf16, i32, u32, f32, f64, i64, u64, f8_e4m3, f8_e5m2, f8_e8m0 };
 
 const char* st_dtype_name(StDType t);  ///< as spelled in headers: "BF16", "F8_E4M3", ...
+std::string st_shape_text(const std::vector<int64_t>& shape);  ///< "[256, 7168]"
 size_t st_dtype_bytes(StDType t);
 
 struct StTensor {
