@@ -265,11 +265,13 @@ TensorRef workspace_arg(const char* op, nb::handle h, Keep& keep, size_t& bytes)
 Stream as_stream(uintptr_t s) { return reinterpret_cast<Stream>(s); }
 #endif
 
+#if !defined(FMOE_HAS_CUDA)
 [[noreturn]] void no_cuda(const char* what) {
   FMOE_REQUIRE(false,
                "%s: this build of fusedmoe has no CUDA kernels (configured without nvcc or with "
                "-DFMOE_WITH_CUDA=OFF); rebuild with the CUDA toolkit to run it", what);
 }
+#endif
 
 // ---- numpy results -------------------------------------------------------------------------------
 
@@ -794,7 +796,7 @@ NB_MODULE(_fusedmoe, m) {
       .def(nb::init<const MoeConfig&, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle,
                     nb::handle, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle,
                     nb::handle, uintptr_t>(),
-           "config"_a, "w13"_a, "w13_scale"_a.none(), "w2"_a, "w2_scale"_a.none(), "b13"_a.none(),
+           "config"_a, "w13"_a.none(), "w13_scale"_a.none(), "w2"_a.none(), "w2_scale"_a.none(), "b13"_a.none(),
            "b2"_a.none(), "routing_bias"_a.none(), "shared_w13"_a.none(),
            "shared_w13_scale"_a.none(), "shared_w2"_a.none(), "shared_w2_scale"_a.none(),
            "shared_gate"_a.none(), "stream"_a)

@@ -1,0 +1,276 @@
+"""A plain torch implementation of the MoE layer, for the GPU tests: dequantized weights (fp8
+block: code value times the 128x128 block's scale), the activations quantized as the layer
+quantizes them (fp8 per token per 128 columns for x, per 64 for the intermediate, straight from
+fp32; bf16 otherwise), routing as ref/route.cpp, float64 matmuls, one bf16 rounding at the end.
+
+Also: the skip reason of the GPU tests, seeded weights for a config, tie-free router logits."""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+
+import fusedmoe
+from fusedmoe import ActivationFn, Precision, RoutingFn
+
+
+def gpu_skip_reason() -> Optional[str]:
+    """None when torch, a CUDA build of fusedmoe and an sm_90 GPU are all here."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not fusedmoe.built_with_cuda:
+        return "fusedmoe was built without the CUDA kernels"
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA device"
+    ok, why = fusedmoe.gpu_usable(torch.cuda.current_device())
+    return None if ok else why
+
+
+def scaled(name: str, H: int, I: int, E: int, precision: Precision = Precision.fp8_block) -> fusedmoe.MoeConfig:
+    """A preset shrunk to test size, keeping its routing, activation, shared experts and biases
+    (as tests/layer/layer_test_util.hpp does)."""
+    c = fusedmoe.MoeConfig.preset(name)
+    groups = c.routing.num_groups
+    c.hidden, c.intermediate = H, I
+    c.num_experts = max(E, c.top_k)
+    if c.routing.fn == RoutingFn.sigmoid_grouped_topk and c.num_experts % groups:
+        c.num_experts = (c.num_experts // groups + 1) * groups
+    if c.num_shared_experts > 0:
+        c.shared_intermediate = I * c.num_shared_experts
+    c.weight_precision = c.activation_precision = precision
+    c.validate()
+    return c
+
+
+# ---- weights --------------------------------------------------------------------------------------
+
+def fp8_block_quantize_torch(w):
+    """FP8 E4M3 codes and 128x128 block scales of w [..., R, C] (the library's rule, on the GPU)."""
+    import torch
+
+    *lead, R, C = w.shape
+    RB, CB = -(-R // 128), -(-C // 128)
+    pad = torch.zeros(*lead, RB * 128, CB * 128, dtype=torch.float32, device=w.device)
+    pad[..., :R, :C] = w
+    blocks = pad.view(*lead, RB, 128, CB, 128)
+    amax = blocks.abs().amax(dim=(-3, -1), keepdim=True)
+    inv = torch.where(amax > 0, 448.0 / amax, torch.zeros_like(amax))
+    q = (blocks * inv).to(torch.float8_e4m3fn).view(*lead, RB * 128, CB * 128)[..., :R, :C]
+    return q.contiguous(), (amax / 448.0).view(*lead, RB, CB).contiguous()
+
+
+def fp8_block_dequantize_torch(q, scale):
+    R, C = q.shape[-2:]
+    s = scale.repeat_interleave(128, dim=-2).repeat_interleave(128, dim=-1)[..., :R, :C]
+    return q.float() * s
+
+
+def make_weights(cfg, seed: int, device, quantizer: str = "library") -> Dict[str, object]:
+    """Seeded random weights of `cfg` as torch CUDA tensors in MoeLayerWeights layouts.
+    quantizer: 'library' (fusedmoe.quantize_fp8_block on the CPU) or 'torch' (on the GPU, for
+    full-size presets)."""
+    import torch
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    E, H, I = cfg.num_experts, cfg.hidden, cfg.intermediate
+    S = cfg.shared_intermediate if cfg.num_shared_experts > 0 else 0
+    fp8 = cfg.weight_precision == Precision.fp8_block
+
+    def uniform(shape, scale):
+        if quantizer == "torch":
+            gg = torch.Generator(device=device).manual_seed(seed * 1000 + len(out))
+            return (torch.rand(shape, generator=gg, device=device) * 2 - 1) * scale
+        return (torch.rand(shape, generator=g) * 2 - 1) * scale
+
+    out: Dict[str, object] = {}
+
+    def weight(name, shape, fan_in):
+        w = uniform(shape, math.sqrt(3.0 / fan_in))
+        if not fp8:
+            out[name] = w.to(torch.bfloat16).to(device)
+        elif quantizer == "torch":
+            out[name], out[name + "_scale"] = fp8_block_quantize_torch(w)
+        else:
+            q, s = fusedmoe.quantize_fp8_block(w.float().contiguous().numpy())
+            out[name] = torch.from_numpy(q).view(torch.float8_e4m3fn).to(device)
+            out[name + "_scale"] = torch.from_numpy(s).to(device)
+
+    weight("w13", (E, 2 * I, H), H)
+    weight("w2", (E, H, I), I)
+    if cfg.expert_bias:
+        out["b13"] = uniform((E, 2 * I), 0.1).to(device).float()
+        out["b2"] = uniform((E, H), 0.1).to(device).float()
+    if cfg.routing.correction_bias:
+        out["routing_bias"] = uniform((E,), 0.05).to(device).float()
+    if cfg.routing.router_bias:
+        out["routing_bias"] = uniform((E,), 0.5).to(device).float()
+    if S:
+        weight("shared_w13", (2 * S, H), H)
+        weight("shared_w2", (H, S), S)
+        if cfg.shared_expert_gate:
+            out["shared_gate"] = uniform((H,), math.sqrt(3.0 / H)).to(torch.bfloat16).to(device)
+    return out
+
+
+def dequantized(cfg, w: Dict[str, object]) -> Dict[str, object]:
+    """float32 weights as the kernels multiply them."""
+    d = {}
+    fp8 = cfg.weight_precision == Precision.fp8_block
+    for name in ("w13", "w2", "shared_w13", "shared_w2"):
+        if name in w:
+            d[name] = fp8_block_dequantize_torch(w[name], w[name + "_scale"]) if fp8 else w[name].float()
+    for name in ("b13", "b2", "routing_bias", "shared_gate"):
+        if name in w:
+            d[name] = w[name].float()
+    return d
+
+
+def tie_free_logits(T: int, E: int, seed: int, device):
+    """Router logits with no ties and gaps of 8/E: each row a random permutation of a grid."""
+    import torch
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    grid = torch.arange(E, dtype=torch.float32) * (8.0 / E) - 4.0
+    rows = [grid[torch.randperm(E, generator=g)] for _ in range(T)]
+    return torch.stack(rows).to(device) if T else torch.empty(0, E, device=device)
+
+
+def random_x(T: int, H: int, seed: int, device):
+    import torch
+
+    g = torch.Generator(device="cpu").manual_seed(seed + 0x78)
+    return (torch.rand(T, H, generator=g) * 2 - 1).to(torch.bfloat16).to(device)
+
+
+# ---- the reference --------------------------------------------------------------------------------
+
+def route(cfg, logits, bias=None) -> Tuple[object, object]:
+    """(ids [T, k] int32, weights [T, k] float32) as ref/route.cpp: selection on the routing
+    function's choice scores (ties to the lower id), weights in float64, times
+    routed_scaling_factor."""
+    import torch
+
+    r = cfg.routing
+    k = cfg.top_k
+    l = logits.double()
+    T, E = l.shape
+    if r.fn == RoutingFn.softmax_topk:
+        v = r.softcap * torch.tanh(l / r.softcap) if r.softcap > 0 else l
+        p = torch.softmax(v, dim=-1)
+        ids = torch.topk(v, k, dim=-1).indices
+        w = p.gather(1, ids)
+        if r.renormalize:
+            w = w / w.sum(-1, keepdim=True)
+    elif r.fn == RoutingFn.sigmoid_grouped_topk:
+        score = torch.sigmoid(l)
+        choice = score + (bias.double() if r.correction_bias else 0.0)
+        G = r.num_groups
+        per = E // G
+        top2 = torch.topk(choice.view(T, G, per), min(2, per), dim=-1).values.sum(-1)
+        keep = torch.topk(top2, r.topk_groups, dim=-1).indices
+        allowed = torch.zeros(T, G, dtype=torch.bool, device=l.device)
+        allowed.scatter_(1, keep, True)
+        masked = choice.masked_fill(~allowed.repeat_interleave(per, dim=1), float("-inf"))
+        ids = torch.topk(masked, k, dim=-1).indices
+        w = score.gather(1, ids)
+        if r.renormalize:
+            w = w / (w.sum(-1, keepdim=True) + 1e-20)
+    elif r.fn == RoutingFn.sigmoid_top1_on_input:
+        ids = l.argmax(-1, keepdim=True)
+        w = torch.sigmoid(l.gather(1, ids))
+    else:  # topk_softmax
+        choice = l + (bias.double() if r.router_bias else 0.0)
+        ids = torch.topk(choice, k, dim=-1).indices
+        w = torch.softmax(choice.gather(1, ids), dim=-1)
+    return ids.int(), (w * r.routed_scaling_factor).float()
+
+
+def quant_act(a, block: int):
+    """Dequantized fp8 activations: per row per `block` columns, scale = amax / 448,
+    q = e4m3(a * (448 / amax)) (a zero block stays zero)."""
+    import torch
+
+    a = a.float()
+    R, C = a.shape
+    nb = -(-C // block)
+    pad = torch.zeros(R, nb * block, dtype=torch.float32, device=a.device)
+    pad[:, :C] = a
+    blocks = pad.view(R, nb, block)
+    amax = blocks.abs().amax(-1, keepdim=True)
+    inv = torch.where(amax > 0, 448.0 / amax, torch.zeros_like(amax))
+    q = (blocks * inv).to(torch.float8_e4m3fn).float()
+    return (q * (amax / 448.0)).view(R, nb * block)[:, :C]
+
+
+def mlp(cfg, a, w13, w2, b13=None, b2=None):
+    """One expert on rows `a` (float32 values of the rows GEMM 1 reads): float64 [rows, H]."""
+    import torch
+
+    fp8 = cfg.activation_precision == Precision.fp8_block
+    I = w13.shape[0] // 2
+    a1 = quant_act(a, 128) if fp8 else a.float()
+    gu = a1.double() @ w13.double().T
+    if b13 is not None:
+        gu = gu + b13.double()
+    gu = gu.float().double()  # the GEMM's fp32 accumulator
+    act = cfg.activation
+    if act.fn == ActivationFn.swiglu:
+        gate, up = gu[:, :I], gu[:, I:]
+        h = gate * torch.sigmoid(gate) * up
+    else:
+        gate = gu[:, 0::2].clamp(max=act.limit)
+        up = gu[:, 1::2].clamp(-act.limit, act.limit)
+        h = (up + 1.0) * gate * torch.sigmoid(act.alpha * gate)
+    h = h.float()
+    h = quant_act(h, 64) if fp8 else h.to(torch.bfloat16).float()
+    o = h.double() @ w2.double().T
+    if b2 is not None:
+        o = o + b2.double()
+    return o
+
+
+def layer(cfg, d: Dict[str, object], x, logits=None, ids=None, weights=None):
+    """y [T, H] bf16 of the layer on x with dequantized weights `d` (see dequantized())."""
+    import torch
+
+    T, H = x.shape
+    if ids is None:
+        ids, weights = route(cfg, logits, d.get("routing_bias"))
+    on_input = cfg.routing.fn == RoutingFn.sigmoid_top1_on_input
+    xf = x.float()
+    y = torch.zeros(T, H, dtype=torch.float64, device=x.device)
+    for e in torch.unique(ids).tolist():
+        tok, slot = (ids == e).nonzero(as_tuple=True)
+        w = weights[tok, slot].float()
+        a = (xf[tok] * w[:, None]).to(torch.bfloat16).float() if on_input else xf[tok]
+        o = mlp(cfg, a, d["w13"][e], d["w2"][e],
+                d["b13"][e] if "b13" in d else None, d["b2"][e] if "b2" in d else None)
+        y.index_add_(0, tok, o if on_input else o * w.double()[:, None])
+    if cfg.num_shared_experts > 0:
+        s = mlp(cfg, xf, d["shared_w13"], d["shared_w2"])
+        if cfg.shared_expert_gate:
+            s = s * torch.sigmoid(xf.double() @ d["shared_gate"].double().view(-1, 1))
+        y += s
+    return y.to(torch.bfloat16)
+
+
+def rel_errors(got, want) -> Tuple[float, float, int]:
+    """(relative L2 error over all, worst relative L2 of a token row, that row)."""
+    g, w = got.double(), want.double()
+    diff = (g - w).norm(dim=-1)
+    norm = w.norm(dim=-1).clamp_min(1e-30)
+    rows = diff / norm
+    worst = int(rows.argmax()) if rows.numel() else -1
+    total = float((g - w).norm() / w.norm().clamp_min(1e-30))
+    return total, float(rows.max()) if rows.numel() else 0.0, worst
+
+
+def nvfp4_dequantize_torch(packed_np: np.ndarray, scales_np: np.ndarray, global_scale: float):
+    """float32 values of an NVFP4 matrix, by the library's CPU decoder."""
+    import torch
+
+    return torch.from_numpy(fusedmoe.dequantize_nvfp4(packed_np, scales_np, global_scale))
