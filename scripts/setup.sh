@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine lacks to build fusedmoe (cmake >= 3.24, ninja, a C++20 g++,
-# GoogleTest), then configures and builds into build/. Safe to run again: it installs nothing that
-# is already there and rebuilds incrementally. CUDA (nvcc) is used when present; without it the
-# build is the CPU reference only and says so.
+# GoogleTest; for the Python package nanobind, scikit-build-core, numpy and pytest through pip),
+# then configures and builds into build/ (the Python extension included: build/python/fusedmoe).
+# Safe to run again: it installs nothing that is already there and rebuilds incrementally. CUDA
+# (nvcc) is used when present; without it the build is the CPU reference only and says so.
+# FMOE_NO_PYTHON=1 leaves the Python package out; FMOE_PYTHON names the interpreter (python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,13 +45,33 @@ fi
 if [ ! -f /usr/share/i18n/locales/de_DE ] || [ ! -f /usr/share/i18n/locales/ps_AF ]; then
   apt_install locales || { echo "the locales package is missing and could not be installed" >&2; exit 1; }
 fi
+# The Python package (python/): nanobind (the binding library), scikit-build-core (pip's build
+# backend for CMake projects, for `pip install .`), numpy (the CPU helpers' arrays) and pytest.
+PY=${FMOE_PYTHON:-python3}
+PY_CMAKE_ARGS=""
+if [ "${FMOE_NO_PYTHON:-0}" != 1 ]; then
+  py_ok() { "$PY" -c "import nanobind, scikit_build_core, numpy, pytest" 2>/dev/null; }
+  py_headers() { "$PY" -c "import os, sysconfig; assert os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h'))" 2>/dev/null; }
+  have "$PY" || apt_install python3 python3-pip || { echo "python3 is missing (FMOE_NO_PYTHON=1 builds without the Python package)" >&2; exit 1; }
+  if ! py_ok; then
+    log "pip install nanobind scikit-build-core numpy pytest"
+    "$PY" -m pip install -q "nanobind>=2.4" "scikit-build-core>=0.10" numpy pytest ||
+      { echo "could not pip install the Python package's build and test dependencies (FMOE_NO_PYTHON=1 builds without it)" >&2; exit 1; }
+  fi
+  if ! py_headers; then apt_install python3-dev || true; fi
+  py_headers || { echo "Python.h of $PY is missing (python3-dev); FMOE_NO_PYTHON=1 builds without the Python package" >&2; exit 1; }
+  PY_CMAKE_ARGS="-DFMOE_BUILD_PYTHON=ON -DPython_EXECUTABLE=$(command -v "$PY")"
+fi
 if ! have nvcc && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
 if have nvcc; then log "nvcc: $(nvcc --version | tail -1)"; else log "nvcc not found: building the CPU reference only"; fi
 
 BUILD_DIR=${FMOE_BUILD_DIR:-build}
 JOBS=${FMOE_JOBS:-$(nproc)}
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-  cmake -G Ninja -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release ${FMOE_CMAKE_ARGS:-} >/dev/null
+  cmake -G Ninja -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release $PY_CMAKE_ARGS ${FMOE_CMAKE_ARGS:-} >/dev/null
+elif [ -n "$PY_CMAKE_ARGS" ] && ! grep -q '^FMOE_BUILD_PYTHON:BOOL=ON$' "$BUILD_DIR/CMakeCache.txt"; then
+  log "turning the Python extension on in $BUILD_DIR"
+  cmake -S . -B "$BUILD_DIR" $PY_CMAKE_ARGS >/dev/null
 fi
 log "building in $BUILD_DIR with $JOBS jobs"
 cmake --build "$BUILD_DIR" -j "$JOBS"

@@ -4,8 +4,10 @@
 # (build-nocuda/, -DFMOE_WITH_CUDA=OFF: what a machine without nvcc gets), so both are tested on
 # every run. After each ctest, the skipped test cases are listed with their reason (ctest itself
 # prints only "***Skipped"); tests labelled gpu skip on machines without an sm_90 GPU.
+# Then the Python package's tests (python/tests, pytest) against the extension in that build:
+# the CPU ones run everywhere, the GPU ones skip with the reason without torch + an sm_90 GPU.
 # Extra arguments go to both ctest runs (e.g. -L cpu, -R layer). Exit status: nonzero when
-# either build or either ctest failed.
+# either build, either ctest or pytest failed. FMOE_NO_PYTHON=1 leaves the Python package out.
 # Environment: FMOE_BUILD_DIR (build), FMOE_NOCUDA_BUILD_DIR (build-nocuda), FMOE_JOBS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +52,17 @@ if grep -q '^FMOE_BUILT_WITH_CUDA:INTERNAL=ON$' "$BUILD_DIR/CMakeCache.txt"; the
   fi
 else
   echo "[test] $BUILD_DIR has no CUDA kernels: its ctest already covered the build without CUDA"
+fi
+
+if [ "${FMOE_NO_PYTHON:-0}" != 1 ]; then
+  echo "[test] Python tests (pytest python/tests) against $BUILD_DIR/python"
+  if PYTHONPATH="$BUILD_DIR/python${PYTHONPATH:+:$PYTHONPATH}" "${FMOE_PYTHON:-python3}" -m pytest -q -rs \
+       -p no:cacheprovider python/tests; then
+    :
+  else
+    echo "[test] Python tests FAILED" >&2
+    status=1
+  fi
 fi
 
 if [ $status -eq 0 ]; then echo "[test] all passed"; else echo "[test] FAILED (see above)" >&2; fi

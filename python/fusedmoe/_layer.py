@@ -229,7 +229,8 @@ class MoeLayer:
             out = torch.empty((tokens, self._hidden), dtype=torch.bfloat16, device=device)
         ws = self._workspace(tokens, m) if workspace is None else workspace
         if stream is None:
-            stream = sys.modules["torch"].cuda.current_stream(self._device).cuda_stream
+            torch = sys.modules.get("torch")
+            stream = torch.cuda.current_stream(self._device).cuda_stream if torch is not None else 0
         self._impl.forward(
             arg(x), arg(router_logits), arg(out), arg(ws), stream, m, arg(topk_ids),
             arg(topk_weights), validate_routing,

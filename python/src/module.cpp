@@ -58,20 +58,26 @@ enum class Place { cpu, cuda };
 /// How a 1-byte unsigned tensor is read for an argument; `none` rejects it.
 enum class ByteAs { none, e4m3, e2m1x2, ue8m0 };
 
+// DLPack type codes (dlpack.h, DLDataTypeCode). The low-precision ones are numbered here rather
+// than taken from nanobind, whose enum gained them only in recent releases.
+namespace dl {
+constexpr uint8_t kInt = 0, kUInt = 1, kFloat = 2, kBfloat = 4, kComplex = 5, kBool = 6;
+constexpr uint8_t kFloat8_e4m3fn = 10, kFloat8_e5m2 = 12, kFloat8_e8m0fnu = 14, kFloat4_e2m1fn = 17;
+}  // namespace dl
+
 std::string dlpack_dtype_name(nb::dlpack::dtype d) {
-  using C = nb::dlpack::dtype_code;
   std::string s;
-  switch (C(d.code)) {
-    case C::Int: s = strf("int%d", int(d.bits)); break;
-    case C::UInt: s = strf("uint%d", int(d.bits)); break;
-    case C::Float: s = strf("float%d", int(d.bits)); break;
-    case C::Bfloat: s = strf("bfloat%d", int(d.bits)); break;
-    case C::Complex: s = strf("complex%d", int(d.bits)); break;
-    case C::Bool: s = "bool"; break;
-    case C::Float8_E4M3FN: s = "float8_e4m3fn"; break;
-    case C::Float8_E5M2: s = "float8_e5m2"; break;
-    case C::Float8_E8M0FNU: s = "float8_e8m0fnu"; break;
-    case C::Float4_E2M1FN: s = "float4_e2m1fn"; break;
+  switch (d.code) {
+    case dl::kInt: s = strf("int%d", int(d.bits)); break;
+    case dl::kUInt: s = strf("uint%d", int(d.bits)); break;
+    case dl::kFloat: s = strf("float%d", int(d.bits)); break;
+    case dl::kBfloat: s = strf("bfloat%d", int(d.bits)); break;
+    case dl::kComplex: s = strf("complex%d", int(d.bits)); break;
+    case dl::kBool: s = "bool"; break;
+    case dl::kFloat8_e4m3fn: s = "float8_e4m3fn"; break;
+    case dl::kFloat8_e5m2: s = "float8_e5m2"; break;
+    case dl::kFloat8_e8m0fnu: s = "float8_e8m0fnu"; break;
+    case dl::kFloat4_e2m1fn: s = "float4_e2m1fn"; break;
     default: s = strf("DLPack type code %d of %d bits", int(d.code), int(d.bits)); break;
   }
   if (d.lanes != 1) s += strf(" x%d lanes", int(d.lanes));
@@ -86,20 +92,19 @@ std::string expected_text(DType want, ByteAs byte_as) {
 
 // The fusedmoe element type of a DLPack dtype, or an Error naming the argument.
 DType map_dtype(const char* op, const char* name, nb::dlpack::dtype d, DType want, ByteAs byte_as) {
-  using C = nb::dlpack::dtype_code;
   if (d.lanes == 1) {
-    switch (C(d.code)) {
-      case C::Float:
+    switch (d.code) {
+      case dl::kFloat:
         if (d.bits == 32) return DType::f32;
         if (d.bits == 16) return DType::f16;
         break;
-      case C::Bfloat:
+      case dl::kBfloat:
         if (d.bits == 16) return DType::bf16;
         break;
-      case C::Int:
+      case dl::kInt:
         if (d.bits == 32) return DType::i32;
         break;
-      case C::UInt:
+      case dl::kUInt:
         if (d.bits == 8) {
           switch (byte_as) {
             case ByteAs::e4m3: return DType::e4m3;
@@ -109,10 +114,10 @@ DType map_dtype(const char* op, const char* name, nb::dlpack::dtype d, DType wan
           }
         }
         break;
-      case C::Float8_E4M3FN:
+      case dl::kFloat8_e4m3fn:
         if (d.bits == 8) return DType::e4m3;
         break;
-      case C::Float8_E8M0FNU:
+      case dl::kFloat8_e8m0fnu:
         if (d.bits == 8) return DType::ue8m0;
         break;
       default: break;
