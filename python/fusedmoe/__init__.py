@@ -10,7 +10,8 @@ torch is imported only by the calls that need it.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import os
+from typing import Any, Dict, Optional, Tuple, Union
 
 from . import _fusedmoe
 from ._fusedmoe import (
@@ -45,6 +46,21 @@ __version__ = "0.1.0"
 built_with_cuda: bool = _fusedmoe.built_with_cuda
 #: True when the extension has the checkpoint loader (MoeLayer.from_pretrained).
 has_checkpoint_loader: bool = _fusedmoe.has_checkpoint_loader
+
+
+def load_moe_layer(path: Union[str, "os.PathLike[str]"], layer: int) -> Tuple[MoeConfig, Dict[str, Tuple[Any, DType]]]:
+    """Layer ``layer`` of the Hugging Face checkpoint in directory ``path`` (config.json beside
+    the safetensors, single or sharded), read by the library's loader into host memory: the
+    config and {name: (numpy array, DType)} in MoeLayerWeights layouts (``w13``, ``w13_scale``,
+    ``w2``, ``w2_scale``, ``routing_bias``, ``shared_*``, and ``router_weight`` [E, H]). Arrays
+    hold the stored bits: uint8 for e4m3, int16 for bf16, float32. :meth:`MoeLayer.from_pretrained`
+    puts them on the GPU."""
+    if not has_checkpoint_loader:
+        raise Error(
+            "load_moe_layer: this build of fusedmoe has no checkpoint loader (its source tree had "
+            "no include/fusedmoe/checkpoint.hpp); see docs/python.md"
+        )
+    return _fusedmoe.load_moe_layer(os.fspath(path), int(layer))
 
 
 def _stream_for(t: Any, stream: Optional[int]) -> int:
@@ -125,6 +141,7 @@ __all__ = [
     "gemv_nvfp4",
     "gpu_usable",
     "has_checkpoint_loader",
+    "load_moe_layer",
     "moe_gemv_nvfp4",
     "quantize_fp8_block",
     "quantize_fp8_per_token",

@@ -108,13 +108,10 @@ class MoeLayer:
         safetensors, single or sharded), read by the library's checkpoint loader, copied to
         ``device`` and prepared. ``router_weight`` is set to the router's [E, H] weight (logits =
         x @ router_weight.T)."""
-        if not _ext.has_checkpoint_loader:
-            raise Error(
-                "MoeLayer.from_pretrained: this build of fusedmoe has no checkpoint loader (its "
-                "source tree had no include/fusedmoe/checkpoint.hpp); see docs/python.md"
-            )
+        from . import load_moe_layer
+
         torch = _require_torch("MoeLayer.from_pretrained")
-        cfg, tensors = _ext.load_moe_layer(os.fspath(path), int(layer))
+        cfg, tensors = load_moe_layer(path, layer)
         dev = torch.device(device)
         weights: Dict[str, Any] = {}
         router = None

@@ -218,3 +218,28 @@ def test_quantized_weights_from_numpy_match_torch_quantization():
     qt, st = torch_ref.fp8_block_quantize_torch(w.cuda())
     assert torch.equal(torch.from_numpy(s), st.cpu())
     assert torch.equal(torch.from_numpy(q), qt.view(torch.uint8).cpu())
+
+
+@pytest.mark.skipif(not fusedmoe.has_checkpoint_loader, reason="this build has no checkpoint loader")
+@pytest.mark.parametrize("family", ["qwen3_moe", "deepseek_v3"])
+def test_from_pretrained(tmp_path, family):
+    import checkpoint_util as ck
+
+    fam, E = (ck.QWEN3, 8) if family == "qwen3_moe" else (ck.DEEPSEEK_V3, 16)
+    want = ck.write_checkpoint(tmp_path, fam, E, 256, 128, layer=2, seed=4)
+    layer = fusedmoe.MoeLayer.from_pretrained(tmp_path, 2)
+    cfg = layer.config
+    r = layer.router_weight
+    assert r.shape == (E, 256) and r.dtype == torch.bfloat16 and r.is_cuda
+    assert torch.equal(r.cpu().view(torch.int16), torch.from_numpy(want["router_weight"].view("int16")))
+    w = {}
+    for name, a in want.items():
+        if name == "router_weight":
+            continue
+        t = torch.from_numpy(a)
+        w[name] = (t.view(torch.float8_e4m3fn) if a.dtype.name == "uint8" else t).cuda()
+    d = torch_ref.dequantized(cfg, w)
+    x, logits = inputs(cfg, 24, seed=61)
+    check(layer(x, logits), torch_ref.layer(cfg, d, x, logits), f"from_pretrained {family}")
+    logits = (x.float() @ r.float().T).contiguous()  # the router as the checkpoint has it
+    check(layer(x, logits), torch_ref.layer(cfg, d, x, logits), f"from_pretrained {family}, router logits")

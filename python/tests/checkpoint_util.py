@@ -1,0 +1,91 @@
+"""Small Hugging Face style MoE checkpoints for the tests (numpy only): config.json plus one
+safetensors file with per-expert FP8-block (or BF16) projections, the router, and optionally
+DeepSeek's correction bias and shared experts or Qwen's shared expert and its gate."""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Dict, Tuple
+
+import numpy as np
+
+import fusedmoe
+
+
+def write_safetensors(path, tensors: Dict[str, Tuple[str, np.ndarray]]) -> None:
+    """tensors: name -> (safetensors dtype string, array holding the stored bytes)."""
+    header, blobs, offset = {}, [], 0
+    for name, (dtype, array) in tensors.items():
+        raw = np.ascontiguousarray(array).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(array.shape), "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for b in blobs:
+            f.write(b)
+
+
+QWEN3 = dict(model_type="qwen3_moe", num_experts_per_tok=2, norm_topk_prob=True)
+DEEPSEEK_V3 = dict(model_type="deepseek_v3", num_experts_per_tok=4, n_group=4, topk_group=2,
+                   norm_topk_prob=True, routed_scaling_factor=2.5, scoring_func="sigmoid",
+                   topk_method="noaux_tc", n_shared_experts=1)
+FP8 = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+
+
+def write_checkpoint(d, family: dict, E: int, H: int, I: int, layer: int, seed: int = 0,
+                     fp8: bool = True) -> Dict[str, np.ndarray]:
+    """Writes the checkpoint into directory d; returns what load_moe_layer must give back, in
+    MoeLayerWeights layouts (codes as uint8, bf16 as uint16 bits, f32), plus router_weight."""
+    deepseek = family["model_type"] == "deepseek_v3"
+    cfg = dict(family, hidden_size=H, moe_intermediate_size=I)
+    cfg["n_routed_experts" if deepseek else "num_experts"] = E
+    if fp8:
+        cfg["quantization_config"] = FP8
+    (d / "config.json").write_text(json.dumps(cfg))
+    rng = np.random.default_rng(seed)
+    tensors: Dict[str, Tuple[str, np.ndarray]] = {}
+    p = f"model.layers.{layer}.mlp."
+
+    def proj(name, rows, cols):
+        w = (rng.random((rows, cols), dtype=np.float32) * 2 - 1) * np.float32(np.sqrt(3.0 / cols))
+        if fp8:
+            q, s = fusedmoe.quantize_fp8_block(w)
+            tensors[name + ".weight"] = ("F8_E4M3", q)
+            tensors[name + ".weight_scale_inv"] = ("F32", s)
+            return q, s
+        bits = fusedmoe.bf16_from_float(w)
+        tensors[name + ".weight"] = ("BF16", bits)
+        return bits, None
+
+    gate, up, down = [], [], []
+    for j in range(E):
+        gate.append(proj(f"{p}experts.{j}.gate_proj", I, H))
+        up.append(proj(f"{p}experts.{j}.up_proj", I, H))
+        down.append(proj(f"{p}experts.{j}.down_proj", H, I))
+    want = {
+        "w13": np.stack([np.concatenate([g[0], u[0]]) for g, u in zip(gate, up)]),
+        "w2": np.stack([dn[0] for dn in down]),
+    }
+    if fp8:
+        want["w13_scale"] = np.stack([np.concatenate([g[1], u[1]]) for g, u in zip(gate, up)])
+        want["w2_scale"] = np.stack([dn[1] for dn in down])
+    want["router_weight"] = fusedmoe.bf16_from_float(rng.standard_normal((E, H)).astype(np.float32) * np.float32(0.05))
+    tensors[p + "gate.weight"] = ("BF16", want["router_weight"])
+    if deepseek:
+        want["routing_bias"] = (rng.random(E, dtype=np.float32) * 0.1 - 0.05).astype(np.float32)
+        tensors[p + "gate.e_score_correction_bias"] = ("F32", want["routing_bias"])
+        S = I
+        sg, su, sd = (proj(f"{p}shared_experts.{n}_proj", *shape)
+                      for n, shape in (("gate", (S, H)), ("up", (S, H)), ("down", (H, S))))
+        want["shared_w13"] = np.concatenate([sg[0], su[0]])
+        want["shared_w2"] = sd[0]
+        if fp8:
+            want["shared_w13_scale"] = np.concatenate([sg[1], su[1]])
+            want["shared_w2_scale"] = sd[1]
+    write_safetensors(d / "model.safetensors", tensors)
+    return want

@@ -1,0 +1,61 @@
+"""The checkpoint loader from Python (fusedmoe.load_moe_layer) on small checkpoints the tests write
+(checkpoint_util.py). CPU, numpy only. Skipped, with the reason, when the extension was built
+without the loader (include/fusedmoe/checkpoint.hpp)."""
+
+import numpy as np
+import pytest
+
+import fusedmoe
+from fusedmoe import DType, Error, Precision, RoutingFn
+import checkpoint_util as ck
+
+pytestmark = pytest.mark.skipif(
+    not fusedmoe.has_checkpoint_loader,
+    reason="this build has no checkpoint loader (no include/fusedmoe/checkpoint.hpp in its tree)",
+)
+
+E, H, I = 4, 256, 128
+STORED = {DType.e4m3: np.uint8, DType.bf16: np.int16, DType.f32: np.float32}
+
+
+def check_tensors(tensors, want):
+    assert set(tensors) == set(want)
+    for name, w in want.items():
+        got, dtype = tensors[name]
+        assert got.dtype == STORED[dtype], name
+        assert got.shape == w.shape, name
+        np.testing.assert_array_equal(got.view(w.dtype), w, err_msg=name)
+
+
+def test_qwen3_fp8(tmp_path):
+    want = ck.write_checkpoint(tmp_path, ck.QWEN3, E, H, I, layer=1, seed=1)
+    cfg, tensors = fusedmoe.load_moe_layer(tmp_path, 1)
+    assert (cfg.hidden, cfg.intermediate, cfg.num_experts, cfg.top_k) == (H, I, E, 2)
+    assert cfg.weight_precision == Precision.fp8_block
+    check_tensors(tensors, want)
+    assert tensors["w13"][1] == DType.e4m3 and tensors["router_weight"][1] == DType.bf16
+
+
+def test_deepseek_v3_with_bias_and_shared_expert(tmp_path):
+    want = ck.write_checkpoint(tmp_path, ck.DEEPSEEK_V3, 8, H, I, layer=0, seed=2)
+    cfg, tensors = fusedmoe.load_moe_layer(str(tmp_path), 0)
+    assert cfg.routing.fn == RoutingFn.sigmoid_grouped_topk and cfg.num_shared_experts == 1
+    check_tensors(tensors, want)
+
+
+def test_bf16(tmp_path):
+    want = ck.write_checkpoint(tmp_path, ck.QWEN3, E, H, I, layer=0, seed=3, fp8=False)
+    cfg, tensors = fusedmoe.load_moe_layer(tmp_path, 0)
+    assert cfg.weight_precision == Precision.bf16
+    check_tensors(tensors, want)
+    assert tensors["w13"][1] == DType.bf16
+
+
+def test_loader_errors_name_the_tensor_and_file(tmp_path):
+    ck.write_checkpoint(tmp_path, ck.QWEN3, E, H, I, layer=1)
+    with pytest.raises(Error, match=r"tensor model\.layers\.7\.mlp\.experts\.0\.gate_proj\.weight is missing"):
+        fusedmoe.load_moe_layer(tmp_path, 7)
+    with pytest.raises(Error, match="layer must be >= 0, got -1"):
+        fusedmoe.load_moe_layer(tmp_path, -1)
+    with pytest.raises(Error, match="config.json"):
+        fusedmoe.load_moe_layer(tmp_path / "nowhere", 0)
