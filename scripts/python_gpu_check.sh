@@ -37,7 +37,8 @@ if [ "$BUILD" = 1 ]; then
   fi
   note "python $("$PY" -c 'import sys; print(sys.version.split()[0])'), nanobind $("$PY" -c 'import nanobind; print(nanobind.__version__)'), scikit-build-core $("$PY" -c 'import scikit_build_core; print(scikit_build_core.__version__)'), CXX=$CXX"
   rm -rf "$SITE"
-  log=build-py-gpu.log
+  mkdir -p build-py
+  log=build-py/gpu-build.log
   if "$PY" -m pip install --no-index --no-deps --no-build-isolation --target "$SITE" \
        -C build-dir=build-py/gpu . >"$log" 2>&1; then
     note "build: ok (pip install --no-build-isolation into $SITE; log $log)"
@@ -47,29 +48,33 @@ if [ "$BUILD" = 1 ]; then
     exit 1
   fi
 fi
+mkdir -p build-py
 export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
 
 # 1. Every Python test; the GPU ones run here (a skip would print its reason).
-if "$PY" -m pytest -rs -p no:cacheprovider python/tests 2>&1 | tee build-py-pytest.log; then
-  note "pytest: $(tail -1 build-py-pytest.log)"
+if "$PY" -m pytest -rs -p no:cacheprovider python/tests 2>&1 | tee build-py/gpu-pytest.log; then
+  note "pytest: $(tail -1 build-py/gpu-pytest.log)"
 else
   status=1
-  note "pytest: FAILED: $(tail -1 build-py-pytest.log)"
+  note "pytest: FAILED: $(tail -1 build-py/gpu-pytest.log)"
 fi
 
 # 2. Host overhead of the Python call against the C++ call (budget 20 us).
-if "$PY" python/bench/host_overhead.py 2>&1 | tee build-py-overhead.log; then
-  note "overhead: $(grep 'extra host time' build-py-overhead.log | sed 's/^ *//')"
+if "$PY" python/bench/host_overhead.py 2>&1 | tee build-py/gpu-overhead.log; then
+  note "overhead: $(grep 'extra host time' build-py/gpu-overhead.log | sed 's/^ *//')"
 else
   status=1
-  note "overhead: FAILED: $(tail -1 build-py-overhead.log | sed 's/^ *//')"
+  note "overhead: FAILED: $(tail -1 build-py/gpu-overhead.log | sed 's/^ *//')"
 fi
-if "$PY" python/bench/host_overhead.py --preset deepseek-v3 --tokens 8 >build-py-overhead2.log 2>&1; then
-  note "overhead (deepseek-v3, T=8): $(grep 'extra host time' build-py-overhead2.log | sed 's/^ *//')"
+if "$PY" python/bench/host_overhead.py --preset deepseek-v3 --tokens 8 >build-py/gpu-overhead2.log 2>&1; then
+  note "overhead (deepseek-v3, T=8): $(grep 'extra host time' build-py/gpu-overhead2.log | sed 's/^ *//')"
 else
   status=1
-  note "overhead (deepseek-v3, T=8): FAILED: $(tail -1 build-py-overhead2.log | sed 's/^ *//')"
+  note "overhead (deepseek-v3, T=8): FAILED: $(tail -1 build-py/gpu-overhead2.log | sed 's/^ *//')"
 fi
+
+# On the device machine of this workplace, $OUT is a folder whose files come back.
+if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then cp build-py/gpu-*.log "$OUT"/ 2>/dev/null; fi
 
 echo
 echo "python_gpu_check summary:"

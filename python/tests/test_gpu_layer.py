@@ -178,18 +178,24 @@ def test_capture_with_routing_given():
 
 def test_capture_without_a_reserved_workspace_is_an_error():
     cfg = torch_ref.scaled("qwen3-30b-a3b", 256, 128, 16)
-    layer, _ = build(cfg)
+    layer, d = build(cfg)
     x, logits = inputs(cfg, 8, seed=41)
     y = torch.empty(8, cfg.hidden, dtype=torch.bfloat16, device="cuda")
+    # The error is raised before any work is enqueued: the capture itself ends cleanly (empty).
     g = torch.cuda.CUDAGraph()
-    with pytest.raises(fusedmoe.Error, match=r"call layer\.reserve\(8, mode='fast'\) before capturing"):
-        with torch.cuda.graph(g):
+    with torch.cuda.graph(g):
+        with pytest.raises(fusedmoe.Error, match=r"call layer\.reserve\(8, mode='fast'\) before capturing"):
             layer(x, logits, out=y)
     layer.reserve(4)
     g = torch.cuda.CUDAGraph()
-    with pytest.raises(fusedmoe.Error, match=r"workspace serves 4 tokens"):
-        with torch.cuda.graph(g):
+    with torch.cuda.graph(g):
+        with pytest.raises(fusedmoe.Error, match=r"the layer's fast workspace serves 4 tokens"):
             layer(x, logits, out=y)
+    layer.reserve(8)  # and after reserving, the same capture works
+    g, _ = capture(lambda: layer(x, logits, out=y))
+    g.replay()
+    torch.cuda.synchronize()
+    check(y, torch_ref.layer(cfg, d, x, logits), "captured after reserve")
 
 
 def test_graph_survives_workspace_growth():
