@@ -573,11 +573,13 @@ NpArray<float> py_dequantize_fp8_block(nb::handle q_in, nb::handle s_in) {
   auto out = q.ndim == 3 ? new_array<float>({size_t(E), size_t(R), size_t(C)})
                          : new_array<float>({size_t(R), size_t(C)});
   const int64_t SB = cdiv(R, 128) * cdiv(C, 128);
-  nb::gil_scoped_release nogil;
-  for (int64_t e = 0; e < E; ++e)
-    fmt::dequantize_fp8_block_128x128(static_cast<const uint8_t*>(q.data) + e * R * C,
-                                      static_cast<const float*>(s.data) + e * SB, R, C,
-                                      out.data() + e * R * C);
+  {
+    nb::gil_scoped_release nogil;
+    for (int64_t e = 0; e < E; ++e)
+      fmt::dequantize_fp8_block_128x128(static_cast<const uint8_t*>(q.data) + e * R * C,
+                                        static_cast<const float*>(s.data) + e * SB, R, C,
+                                        out.data() + e * R * C);
+  }
   return out;
 }
 
@@ -590,8 +592,10 @@ std::pair<NpArray<uint8_t>, NpArray<float>> py_quantize_fp8_per_token(nb::handle
   const int64_t R = x.shape[0], C = x.shape[1], CB = cdiv(C, block);
   auto q = new_array<uint8_t>({size_t(R), size_t(C)});
   auto s = new_array<float>({size_t(R), size_t(CB)});
-  nb::gil_scoped_release nogil;
-  fmt::quantize_fp8_per_token(static_cast<const float*>(x.data), R, C, block, q.data(), s.data());
+  {
+    nb::gil_scoped_release nogil;
+    fmt::quantize_fp8_per_token(static_cast<const float*>(x.data), R, C, block, q.data(), s.data());
+  }
   return {q, s};
 }
 
@@ -604,9 +608,11 @@ NpArray<float> py_dequantize_fp8_per_token(nb::handle q_in, nb::handle s_in) {
   const int64_t R = q.shape[0], C = q.shape[1];
   detail::check_shape(op, "scales", s, {R, cdiv(C, 128)});
   auto out = new_array<float>({size_t(R), size_t(C)});
-  nb::gil_scoped_release nogil;
-  fmt::dequantize_fp8_per_token_128(static_cast<const uint8_t*>(q.data),
-                                    static_cast<const float*>(s.data), R, C, out.data());
+  {
+    nb::gil_scoped_release nogil;
+    fmt::dequantize_fp8_per_token_128(static_cast<const uint8_t*>(q.data),
+                                      static_cast<const float*>(s.data), R, C, out.data());
+  }
   return out;
 }
 
@@ -642,9 +648,11 @@ NpArray<float> py_dequantize_nvfp4(nb::handle p_in, nb::handle s_in, float globa
                (long long)C);
   detail::check_shape(op, "block_scales", s, {R, C / 16});
   auto out = new_array<float>({size_t(R), size_t(C)});
-  nb::gil_scoped_release nogil;
-  fmt::dequantize_nvfp4(static_cast<const uint8_t*>(p.data), static_cast<const uint8_t*>(s.data),
-                        global, R, C, out.data());
+  {
+    nb::gil_scoped_release nogil;
+    fmt::dequantize_nvfp4(static_cast<const uint8_t*>(p.data), static_cast<const uint8_t*>(s.data),
+                          global, R, C, out.data());
+  }
   return out;
 }
 
