@@ -82,8 +82,8 @@ def main() -> int:
     x = torch.randn(T, H, device=dev).to(torch.bfloat16)
     logits = torch.randn(T, E, device=dev)
     y = torch.empty(T, H, dtype=torch.bfloat16, device=dev)
-    layer.reserve(T)
-    ws = layer._workspaces[fusedmoe.ReductionMode.fast][0]
+    layer.reserve(T)  # the Python call uses the layer's own workspace; the C++ loop one of its size
+    ws = torch.empty(layer.workspace_size(T), dtype=torch.uint8, device=dev)
 
     def cpp_loop(n):
         return layer.host_ns_per_forward(x, logits, y, ws, iters=n)
