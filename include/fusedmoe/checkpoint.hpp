@@ -62,6 +62,7 @@ struct CheckpointLayer {
   int layer = 0;
   ExpertLayout layout = ExpertLayout::per_expert;
   std::string prefix;    ///< the layer's MoE block, e.g. "model.layers.3.mlp."
+  std::string router_key;  ///< the router weight's tensor, e.g. "model.layers.3.mlp.gate.weight"
   std::string format;    ///< one line for people: "fp8_block per-expert (weight + weight_scale_inv)"
 
   HostTensor w13, w13_scale, w2, w2_scale;  ///< MoeLayerWeights layouts; nvfp4: values
@@ -86,6 +87,11 @@ struct CheckpointLayer {
   /// reference for now.
   MoeLayerWeights host_weights();
 };
+
+/// The MoeConfig of the model in `dir` as load_moe_layer reads it: config.json, with
+/// hf_quant_config.json for ModelOpt exports (NVFP4). Reads no tensor. Throws Error naming the
+/// file and field, or a quantization format that is not read (gpt-oss MXFP4, other quantizers).
+MoeConfig checkpoint_config(const std::string& dir);
 
 /// Reads layer `layer` of the model in `dir` (config.json, an optional hf_quant_config.json,
 /// `model.safetensors` or `model.safetensors.index.json` and its shards; files memory-mapped).

@@ -129,7 +129,8 @@ std::string quant_method(const json::Value& root) {
   return q != root.end() ? string_field(*q, "quant_method") : std::string();
 }
 
-// The MoeConfig of the checkpoint: config.json, its precision settled by the files.
+}  // namespace
+
 MoeConfig checkpoint_config(const std::string& dir) {
   const std::string path = dir + "/config.json";
   FMOE_REQUIRE(file_exists(path), "checkpoint %s has no config.json", shown(dir).c_str());
@@ -176,6 +177,8 @@ MoeConfig checkpoint_config(const std::string& dir) {
   }
   return config_from_hf_json_text(text, path, override_precision ? &*override_precision : nullptr);
 }
+
+namespace {
 
 // ---- reading tensors --------------------------------------------------------------------------
 
@@ -504,6 +507,7 @@ CheckpointLayer load_moe_layer(const std::string& dir, int layer,
     L.b2 = make(DType::bf16, {E, H});
   }
   const std::string router = p + fam.router;
+  L.router_key = router;
   rd.require(router);
   const bool router_f32 = model.get(router).tensor->dtype == StDType::f32;
   L.router_weight = make(router_f32 ? DType::f32 : DType::bf16, {E, H});
