@@ -49,7 +49,8 @@ void WeightSet::decode_row(int e, int n, double* out) const {
     case Precision::nvfp4: {
       const uint8_t* src = q.data() + row * (K / 2);
       const uint8_t* bs = block_scale.data() + row * (K / 16);
-      const double g = double(global_scale[size_t(e)]);
+      const int G = global_groups;
+      const double g = double(global_scale[size_t(e) * G + size_t(int64_t(n) * G / N)]);
       for (int k = 0; k < K; k += 2) {
         const uint8_t byte = src[k / 2], sc = bs[k / 16];
         out[k] = tb.e2m1_times_e4m3[byte & 0xF][sc] * g;
@@ -64,7 +65,7 @@ size_t WeightSet::bytes_per_expert() const {
   switch (precision) {
     case Precision::bf16: return size_t(N) * K * 2;
     case Precision::fp8_block: return size_t(N) * K + size_t(cdiv(N, 128) * cdiv(K, 128)) * 4;
-    case Precision::nvfp4: return size_t(N) * (K / 2) + size_t(N) * (K / 16) + 4;
+    case Precision::nvfp4: return size_t(N) * (K / 2) + size_t(N) * (K / 16) + 4 * size_t(global_groups);
   }
   return 0;
 }

@@ -12,6 +12,10 @@
 
 #include "fusedmoe/config.hpp"
 
+namespace fusedmoe {
+struct CheckpointLayer;
+}
+
 namespace fusedmoe::ref {
 
 // ================================================================================================
@@ -51,7 +55,9 @@ struct WeightSet {
   std::vector<uint8_t> q;             ///< fp8: [E, N, K] e4m3; nvfp4: [E, N, K/2] packed e2m1
   std::vector<float> scale;           ///< fp8: [E, ceil(N/128), ceil(K/128)] (w ~= q * scale)
   std::vector<uint8_t> block_scale;   ///< nvfp4: [E, N, K/16] e4m3
-  std::vector<float> global_scale;    ///< nvfp4: [E]
+  std::vector<float> global_scale;    ///< nvfp4: [E, global_groups]
+  int global_groups = 1;              ///< nvfp4: global scales per expert, each for N/groups
+                                      ///< consecutive rows (checkpoints scale gate and up apart)
 
   void decode_row(int e, int n, double* out) const;  ///< out[K]
   size_t bytes_per_expert() const;                    ///< values + scales
@@ -159,6 +165,13 @@ struct LayerWeights {
 /// `progress`, if set, gets (weight elements generated, in all) after each expert matrix (the
 /// large presets take minutes on a few cores).
 LayerWeights make_random_layer(const MoeConfig& cfg, uint64_t seed, const ProgressFn& progress = {});
+
+/// The layer read from a checkpoint (load_moe_layer) as the reference takes it: codes and scales
+/// as stored (fp8 blocks, nvfp4 values with weight_scale and the gate's and up's own
+/// weight_scale_2), biases and the shared gate as floats. Takes `ckpt`'s buffers (each tensor is
+/// released once converted, so host memory stays about one copy of the layer); `ckpt` is left
+/// empty. Throws Error on a layer whose tensors do not match its config.
+LayerWeights layer_from_checkpoint(CheckpointLayer&& ckpt);
 
 struct LayerResult {
   Routing routing;

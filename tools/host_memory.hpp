@@ -98,6 +98,17 @@ inline HostFootprint layer_footprint(const MoeConfig& c, double T, int threads) 
   return f;
 }
 
+/// `run --model` for T tokens: the layer read from its files (held once: the reference takes the
+/// loader's buffers, copying one bf16 tensor at a time), the router weights and their logits, and
+/// the reference's forward as for random weights.
+inline HostFootprint checkpoint_footprint(const MoeConfig& c, double T, int threads) {
+  HostFootprint f = layer_footprint(c, T, threads);
+  const double H = c.hidden, I = c.intermediate, E = c.num_experts;
+  f.staging = c.weight_precision == Precision::bf16 ? E * 2 * I * H * 2 : 0.0;  // w13 converted
+  f.inputs += E * H * (4 + 4);  // the router as stored (at most f32) and as floats
+  return f;
+}
+
 /// `run --projection` (random_fp8_weights + ref::moe_projection, and the GPU's outputs read back
 /// when `on_gpu`) for T tokens.
 inline HostFootprint projection_footprint(const MoeConfig& c, double T, bool on_gpu, int threads) {

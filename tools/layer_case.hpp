@@ -8,12 +8,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "common/device_buffer.hpp"
 #include "common/parallel.hpp"
+#include "fusedmoe/checkpoint.hpp"
 #include "fusedmoe/error.hpp"
 #include "fusedmoe/formats.hpp"
 #include "fusedmoe/layer.hpp"
@@ -90,6 +93,46 @@ inline GpuLayer make_gpu_layer(const ref::LayerWeights& lw, cudaStream_t stream)
   }
   g.weights = w;
   g.layer = std::make_unique<MoeLayer>(c, w, stream);
+  return g;
+}
+
+/// Uploads a checkpoint layer's tensors (CheckpointLayer::host_weights(): NVFP4 layers are
+/// refused there) as they are and prepares the layer. `progress(bytes_done, bytes_total)` is
+/// called as the bytes go up, in pieces of at most 256 MB.
+inline GpuLayer make_gpu_layer(CheckpointLayer& ck, cudaStream_t stream,
+                               const std::function<void(int64_t, int64_t)>& progress = {}) {
+  const MoeLayerWeights host = ck.host_weights();
+  MoeLayerWeights w = host;
+  TensorRef MoeLayerWeights::*const fields[] = {
+      &MoeLayerWeights::w13, &MoeLayerWeights::w13_scale, &MoeLayerWeights::w2,
+      &MoeLayerWeights::w2_scale, &MoeLayerWeights::b13, &MoeLayerWeights::b2,
+      &MoeLayerWeights::routing_bias, &MoeLayerWeights::shared_w13,
+      &MoeLayerWeights::shared_w13_scale, &MoeLayerWeights::shared_w2,
+      &MoeLayerWeights::shared_w2_scale, &MoeLayerWeights::shared_gate};
+  int64_t total = 0, done = 0;
+  for (auto f : fields)
+    if ((host.*f).data) total += (host.*f).numel() * int64_t(dtype_bytes((host.*f).dtype));
+  GpuLayer g;
+  g.buffers.reserve(std::size(fields));
+  constexpr int64_t kPiece = 256 << 20;
+  for (auto f : fields) {
+    const TensorRef& t = host.*f;
+    if (!t.data) continue;
+    const int64_t bytes = t.numel() * int64_t(dtype_bytes(t.dtype));
+    g.buffers.emplace_back(size_t(bytes));
+    for (int64_t at = 0; at < bytes; at += kPiece) {
+      const int64_t n = std::min(kPiece, bytes - at);
+      FMOE_CUDA(cudaMemcpy(g.buffers.back().get<uint8_t>() + at, static_cast<const uint8_t*>(t.data) + at,
+                           size_t(n), cudaMemcpyHostToDevice));
+      done += n;
+      if (progress) progress(done, total);
+    }
+    (w.*f).data = g.buffers.back().get();
+    (w.*f).device = Device::cuda;
+    (w.*f).device_index = 0;
+  }
+  g.weights = w;
+  g.layer = std::make_unique<MoeLayer>(ck.config, w, stream);
   return g;
 }
 

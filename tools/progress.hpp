@@ -18,11 +18,23 @@ class ProgressLine {
  public:
   using Clock = std::function<double()>;  ///< seconds, from any fixed origin
 
-  /// Lines read "  <label>: 35% after 20 s, about 37 s left".
+  /// Lines read "  <label>: 35% after 20 s, about 37 s left"; with in_bytes() (units are
+  /// bytes) "  <label>: 1.20 GB of 3.40 GB (35%) after 2 s, 600.0 MB/s, about 4 s left".
   explicit ProgressLine(std::string label, double interval_s = 2.0, std::FILE* out = stderr,
                         Clock clock = steady_seconds)
       : label_(std::move(label)), interval_s_(interval_s), out_(out), clock_(std::move(clock)),
         start_(clock_()), last_(start_) {}
+
+  /// Counts bytes: lines show the amounts and the rate.
+  ProgressLine& in_bytes() {
+    bytes_ = true;
+    return *this;
+  }
+
+  /// "512.0 MB", "3.40 GB".
+  static std::string amount(double bytes) {
+    return bytes < 1e9 ? strf("%.1f MB", bytes / 1e6) : strf("%.2f GB", bytes / 1e9);
+  }
 
   /// Called with the units done so far and in all (a ref::ProgressFn).
   void operator()(int64_t done, int64_t total) {
@@ -34,10 +46,15 @@ class ProgressLine {
     if (total <= 0 || done >= total || now - last_ < interval_s_) return;
     last_ = now;
     const double frac = double(done) / double(total), elapsed = now - start_;
-    std::string line = strf("  %s: %.0f%% after %.0f s", label_.c_str(), 100.0 * frac, elapsed);
-    if (done > first_done_ && now > first_time_)
-      line += strf(", about %.0f s left",
-                   double(total - done) * (now - first_time_) / double(done - first_done_));
+    std::string line =
+        bytes_ ? strf("  %s: %s of %s (%.0f%%) after %.0f s", label_.c_str(), amount(double(done)).c_str(),
+                      amount(double(total)).c_str(), 100.0 * frac, elapsed)
+               : strf("  %s: %.0f%% after %.0f s", label_.c_str(), 100.0 * frac, elapsed);
+    if (done > first_done_ && now > first_time_) {
+      const double rate = double(done - first_done_) / (now - first_time_);  // units per second
+      if (bytes_) line += strf(", %s/s", amount(rate).c_str());
+      line += strf(", about %.0f s left", double(total - done) / rate);
+    }
     std::fprintf(out_, "%s\n", line.c_str());
     std::fflush(out_);
     ++lines_;
@@ -59,6 +76,7 @@ class ProgressLine {
   int64_t first_done_ = -1;
   double first_time_ = 0;
   int lines_ = 0;
+  bool bytes_ = false;
 };
 
 }  // namespace fusedmoe::cli

@@ -8,11 +8,13 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <sstream>
 
 #include "common/parallel.hpp"
+#include "fusedmoe/checkpoint.hpp"
 #include "fusedmoe/config.hpp"
 #include "fusedmoe/device.hpp"
 #include "fusedmoe/error.hpp"
@@ -20,6 +22,7 @@
 #include "ref/ref.hpp"
 #include "tools/cli.hpp"
 #include "tools/host_memory.hpp"
+#include "tools/model_case.hpp"
 #include "tools/progress.hpp"
 #include "tools/projection_case.hpp"
 
@@ -37,9 +40,10 @@ const char* kRunUsage =
     "usage: fusedmoe run [--preset NAME | --config PATH] [--tokens N] [--seed N]\n"
     "                    [--precision bf16|fp8|nvfp4] [--top-k N] [--backend auto|cpu|gpu]\n"
     "                    [--mode fast|deterministic] [--projection]\n"
+    "       fusedmoe run --model DIR --layer N [--tokens N] [--seed N] [--backend B] [--mode M]\n"
     "\n"
     "One MoE layer forward (routing, gate/up, activation, down, weighted combine, shared expert)\n"
-    "on seeded random weights and inputs. On an H100/H200 the layer runs on the GPU (fp8 and bf16\n"
+    "on seeded random weights and inputs, or with --model on one layer of a checkpoint. On an H100/H200 the layer runs on the GPU (fp8 and bf16\n"
     "weights), is timed (median of CUDA-graph replays; TFLOP/s and x the floor from this card's\n"
     "measured ceilings) and checked against the CPU reference (PASS/FAIL, exit 1 on FAIL);\n"
     "without a GPU (or for nvfp4 weights, whose GPU kernels are not there yet) the CPU reference\n"
@@ -56,7 +60,13 @@ const char* kRunUsage =
     "                    weight * (fp8(x) @ W_e^T), K = hidden, N = intermediate, with random\n"
     "                    FP8 128x128-block weights: on a GPU the fused pipeline runs, is timed\n"
     "                    (median of CUDA-graph replays) and checked against the CPU reference\n"
-    "  --mode M          fast (fp32 atomics, default) or deterministic (bitwise reproducible)\n";
+    "  --mode M          fast (fp32 atomics, default) or deterministic (bitwise reproducible)\n"
+    "  --model DIR       a Hugging Face model directory (config.json + safetensors, single or\n"
+    "                    sharded; FP8 128x128 blocks, BF16, ModelOpt NVFP4): reads layer --layer\n"
+    "                    (progress on stderr), draws x [T, H] at random and computes the router\n"
+    "                    logits with the layer's own router weights, then runs as above (NVFP4:\n"
+    "                    the CPU reference only); prints the peak GPU memory\n"
+    "  --layer N         with --model: the index of the MoE layer to read\n";
 
 namespace {
 
@@ -110,6 +120,118 @@ int report_cpu_only(double t_ref, const char* what, int rows, int cols, const V&
   std::printf("%s", kNoCheck);
   return 0;
 }
+
+#if defined(FMOE_HAS_CUDA)
+// Device memory in use (cudaMemGetInfo: this process and any other on the device), sampled at the
+// steps of a run: the peak above the first sample is what the run used at its highest point
+// (between samples, a step may briefly hold more: MoeLayer's prepare, for one).
+struct DeviceMemory {
+  size_t base = 0, peak = 0;
+  void sample() {
+    size_t free_b = 0, total = 0;
+    FMOE_CUDA(cudaMemGetInfo(&free_b, &total));
+    const size_t used = total - free_b;
+    if (base == 0) base = used;
+    peak = std::max(peak, used);
+  }
+  double used_peak() const { return double(peak - base); }
+};
+
+// The layer on the GPU: made by `make` on a fresh stream (uploads + prepare), run once (y_first)
+// and timed over CUDA-graph replays (y_last); prints the backend, time and rate lines.
+struct GpuLayerRun {
+  std::vector<uint16_t> y_first, y_last;
+  DeviceMemory memory;
+};
+
+GpuLayerRun run_layer_gpu(const MoeConfig& cfg, int T, const std::string& mode,
+                          const std::vector<float>& x, const std::vector<float>& logits,
+                          const std::vector<float>& route_bias, const char* prepared_what,
+                          const std::function<GpuLayer(cudaStream_t)>& make) {
+  GpuLayerRun r;
+  const ReductionMode rmode = parse_reduction_mode(mode);
+  cudaDeviceProp prop{};
+  FMOE_CUDA(cudaSetDevice(0));
+  FMOE_CUDA(cudaGetDeviceProperties(&prop, 0));
+  cudaStream_t stream = nullptr;
+  FMOE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const bench::Ceilings& ceil = bench::ceilings(stream);
+  r.memory.sample();
+  auto t0 = std::chrono::steady_clock::now();
+  GpuLayer g = make(stream);
+  const double prep_s = seconds_since(t0);
+  r.memory.sample();
+  g.buffers.clear();  // the prepared layer holds its own copy
+  const int H = cfg.hidden;
+  DeviceBuffer d_x = DeviceBuffer::from(to_bf16_bits(x)), d_logits = DeviceBuffer::from(logits);
+  DeviceBuffer d_y(size_t(T) * H * 2), ws(g.layer->workspace_size(T, rmode));
+  r.memory.sample();
+  d_y.fill(0xFF);  // NaN: the layer must write every output
+  MoeForwardArgs a;
+  a.x = TensorRef::contiguous(d_x.get(), DType::bf16, {T, H}, Device::cuda);
+  a.router_logits = TensorRef::contiguous(d_logits.get(), DType::f32, {T, cfg.num_experts}, Device::cuda);
+  a.y = TensorRef::contiguous(d_y.get(), DType::bf16, {T, H}, Device::cuda);
+  a.mode = rmode;
+  const detail::LayerPlan plan = detail::plan_layer_forward(g.layer->impl(), a, ws.get(), ws.bytes(), stream);
+  g.layer->forward(a, ws.get(), ws.bytes(), stream);
+  wait_or_die(stream, 60, "MoeLayer::forward (first call)");
+  r.memory.sample();
+  r.y_first = d_y.to_host<uint16_t>();
+  std::printf("  backend  : gpu: %s, %s + %s%s; %s %.1f MB in %.2f s\n", prop.name,
+              plan.T ? detail::gemm_config_info(plan.up_config).name : "-",
+              plan.T ? detail::gemm_config_info(plan.down_config).name : "-",
+              plan.fused_schedule ? " (fused schedule)" : "", prepared_what,
+              double(g.layer->prepared_bytes()) / 1e6, prep_s);
+  if (T > 0) {
+    const bench::Stats t = bench::time_graph([&](cudaStream_t st, int) {
+      g.layer->forward(a, ws.get(), ws.bytes(), st);
+    }, stream, 20);
+    r.memory.sample();
+    const ref::Routing routing = ref::route(cfg.routing, logits.data(), T, cfg.num_experts,
+                                            cfg.top_k, route_bias.empty() ? nullptr : route_bias.data());
+    const LayerCost cost = layer_cost(cfg, routing, T);
+    bench::Row row;
+    row.bytes = cost.bytes;
+    row.flops = cost.flops;
+    row.t = t;
+    bench::set_floor(row, ceil, cfg.weight_precision == Precision::bf16 ? "bf16" : "fp8");
+    std::printf("  time     : %.2f us median (p10 %.2f, p90 %.2f) per call over CUDA-graph replays "
+                "(one input set: small T may read weights from L2; 'fusedmoe bench --op layer' "
+                "rotates copies)\n", t.median_us, t.p10_us, t.p90_us);
+    std::printf("  rate     : %.1f TFLOP/s, %.0f GB/s (weights of %d experts hit + shared, x, "
+                "logits, y); floor %.2f us (%s), %.2fx the floor\n", cost.flops / t.median_us / 1e6,
+                cost.bytes / t.median_us / 1e3, cost.hit, row.floor_us, row.floor_kind.c_str(),
+                t.median_us / row.floor_us);
+    r.y_last = d_y.to_host<uint16_t>();
+  }
+  FMOE_CUDA(cudaStreamDestroy(stream));
+  std::fflush(stdout);
+  return r;
+}
+
+// The GPU's outputs against the reference's: the check and replay lines, PASS/FAIL; the exit code.
+int report_gpu_check(const MoeConfig& cfg, int T, const std::string& mode, double t_ref,
+                     const GpuLayerRun& gpu, const ref::LayerResult& res) {
+  std::printf("  reference: %.3f s on the CPU\n", t_ref);
+  print_output(T, cfg.hidden, gpu.y_first);
+  const bool fp8 = cfg.weight_precision == Precision::fp8_block;
+  const LayerCheck first = check_layer_output(gpu.y_first, res.y, cfg.hidden, fp8);
+  std::printf("  check    : %s vs the CPU reference\n",
+              describe_layer_check(first, gpu.y_first, res.y, cfg.hidden).c_str());
+  bool pass = first.ok();
+  if (T > 0) {
+    const bool det = mode == "deterministic";
+    const LayerCheck last = check_layer_output(gpu.y_last, res.y, cfg.hidden, fp8);
+    const bool replays_ok = det ? gpu.y_last == gpu.y_first : last.ok();
+    std::printf("  replays  : after the CUDA-graph replays the output is %s\n",
+                det ? (replays_ok ? "bit-identical to the first call's" : "NOT bit-identical to the first call's")
+                    : (replays_ok ? "within the same bounds" : "OUT of bounds"));
+    pass = pass && replays_ok;
+  }
+  std::printf("  result   : %s\n", pass ? "PASS" : "FAIL");
+  return pass ? 0 : 1;
+}
+#endif
 
 #if defined(FMOE_HAS_CUDA)
 // The projection on the GPU: the output of the first call and of the last CUDA-graph replay.
@@ -309,9 +431,98 @@ MoeConfig model_from_args(const Args& args, bool projection) {
 
 }  // namespace
 
+namespace {
+
+// ProgressLine as load_moe_layer's callback.
+void progress_thunk(uint64_t done, uint64_t total, void* line) {
+  (*static_cast<ProgressLine*>(line))(int64_t(done), int64_t(total));
+}
+
+// `run --model DIR --layer N`: one layer of a checkpoint, on the GPU when usable and its
+// precision has GPU kernels, checked against the CPU reference; else the reference alone.
+int run_model(const std::string& dir, int layer, int T, uint64_t seed, const std::string& backend,
+              const std::string& mode) {
+  set_activity("reading the model's config");
+  const MoeConfig cfg = checkpoint_config(dir);
+  const bool gpu_precision = cfg.weight_precision == Precision::fp8_block ||
+                             cfg.weight_precision == Precision::bf16;
+  FMOE_REQUIRE(backend != "gpu" || gpu_precision, "--backend gpu: %s layers run only on the CPU "
+               "reference for now (the GPU layer takes fp8_block and bf16 weights)",
+               precision_name(cfg.weight_precision));
+  std::string why_cpu;
+  const bool have_gpu = gpu_usable(0, &why_cpu);
+  FMOE_REQUIRE(backend != "gpu" || have_gpu, "--backend gpu: %s", why_cpu.c_str());
+  const bool on_gpu = have_gpu && gpu_precision && backend != "cpu";
+  if (backend == "cpu") why_cpu = "--backend cpu";
+  else if (have_gpu && !gpu_precision)
+    why_cpu = strf("%s layers run only on the CPU reference for now",
+                   precision_name(cfg.weight_precision));
+  const int threads = detail::host_threads();
+  require_host_memory(strf("%s layer %d", cfg.name.c_str(), layer), T,
+                      [&](double t) { return checkpoint_footprint(cfg, t, threads); });
+
+  // Read first (progress on stderr), so that a checkpoint the loader refuses is one line.
+  set_activity("reading the layer's weights");
+  auto t0 = std::chrono::steady_clock::now();
+  ProgressLine reading("reading  ");
+  reading.in_bytes();
+  CheckpointLayer ck = load_moe_layer(dir, layer, progress_thunk, &reading);
+  const double t_read = seconds_since(t0);
+
+  print_header("fusedmoe run --model", cfg, T, seed);
+  std::printf("  model    : %s, layer %d\n", quoted(dir).c_str(), layer);
+  if (!on_gpu) std::printf("  backend  : cpu-reference (%s)\n", why_cpu.c_str());
+  std::printf("  weights  : %s, %s; %s read in %.2f s (%s/s)\n", quoted(ck.prefix).c_str(),
+              ck.format.c_str(), ProgressLine::amount(double(ck.bytes_read)).c_str(), t_read,
+              ProgressLine::amount(double(ck.bytes_read) / std::max(t_read, 1e-9)).c_str());
+
+  // A real layer's router logits come from its input: x random, the logits from the layer's router.
+  set_activity("generating the inputs");
+  const std::vector<float> x = ref::random_bf16(int64_t(T) * cfg.hidden, seed, kStreamX, 1.0f);
+  const std::vector<float> logits = router_logits(x, T, ck.router_weight);
+  const std::vector<float> bias = routing_bias(ck);
+  std::printf("  inputs   : x [%d, %d] ~ U(-1, 1) in bf16 (seed %llu); router logits = x . %s^T "
+              "(the layer's own router, %s, summed in double)\n", T, cfg.hidden,
+              (unsigned long long)seed, quoted(ck.router_key).c_str(),
+              dtype_name(ck.router_weight.dtype));
+  std::fflush(stdout);
+
+#if defined(FMOE_HAS_CUDA)
+  std::unique_ptr<GpuLayerRun> gpu;
+  if (on_gpu) {
+    set_activity("uploading the layer and running it on the GPU");
+    gpu = std::make_unique<GpuLayerRun>(run_layer_gpu(
+        cfg, T, mode, x, logits, bias, "uploaded + prepared", [&](cudaStream_t stream) {
+          ProgressLine up("uploading");
+          up.in_bytes();
+          return make_gpu_layer(ck, stream, std::ref(up));
+        }));
+    std::printf("  gpu mem  : peak %s in use by this run (device memory sampled after the upload "
+                "and prepare, the buffers, the first call and the replays)\n",
+                ProgressLine::amount(gpu->memory.used_peak()).c_str());
+  }
+#endif
+
+  set_activity("running the CPU reference");
+  const ref::LayerWeights lw = ref::layer_from_checkpoint(std::move(ck));
+  t0 = std::chrono::steady_clock::now();
+  const ref::LayerResult res = ref::moe_layer(lw, x.data(), logits.data(), T);
+  const double t_ref = seconds_since(t0);
+  print_routing(res.routing, cfg.num_experts);
+  if (!on_gpu) return report_cpu_only(t_ref, " forward", T, cfg.hidden, res.y);
+#if defined(FMOE_HAS_CUDA)
+  return report_gpu_check(cfg, T, mode, t_ref, *gpu, res);
+#else
+  return 0;  // unreachable: on_gpu needs a CUDA build
+#endif
+}
+
+}  // namespace
+
 int cmd_run(const std::vector<std::string>& argv) {
   set_activity("reading the arguments");
-  Args args(argv, {"preset", "config", "tokens", "seed", "precision", "top-k", "backend", "mode"},
+  Args args(argv, {"preset", "config", "tokens", "seed", "precision", "top-k", "backend", "mode",
+                   "model", "layer"},
             {"projection"});
   if (args.has("preset") && args.has("config"))
     throw UsageError("give either --preset or --config, not both");
@@ -320,6 +531,17 @@ int cmd_run(const std::vector<std::string>& argv) {
   const std::string backend = args.choice("backend", "auto", {"auto", "cpu", "gpu"});
   const bool projection = args.has("projection");
   const std::string mode = args.choice("mode", "fast", {"fast", "deterministic"});
+  if (args.has("model")) {
+    for (const char* o : {"preset", "config", "precision", "top-k"})
+      if (args.has(o))
+        throw UsageError(strf("--%s does not go with --model: the model's own config.json and "
+                              "weights say it", o));
+    if (projection) throw UsageError("--projection runs on random weights; it does not take --model");
+    if (!args.has("layer")) throw UsageError("--model needs --layer N: the index of the MoE layer to read");
+    return run_model(args.str("model", ""), int(args.integer("layer", 0, 0, 1 << 20)), T, seed,
+                     backend, mode);
+  }
+  if (args.has("layer")) throw UsageError("--layer needs --model DIR");
   const MoeConfig cfg = model_from_args(args, projection);
   if (projection) return run_projection(cfg, T, seed, backend, mode);
 
@@ -359,60 +581,12 @@ int cmd_run(const std::vector<std::string>& argv) {
   const ProjectionInputs in = random_projection_inputs(ProjectionShape::of(cfg), T, seed);
 
 #if defined(FMOE_HAS_CUDA)
-  std::vector<uint16_t> y_gpu_first, y_gpu_last;
+  std::unique_ptr<GpuLayerRun> gpu;
   if (on_gpu) {
     set_activity("running the layer on the GPU");
-    const ReductionMode rmode = parse_reduction_mode(mode);
-    cudaDeviceProp prop{};
-    FMOE_CUDA(cudaSetDevice(0));
-    FMOE_CUDA(cudaGetDeviceProperties(&prop, 0));
-    cudaStream_t stream = nullptr;
-    FMOE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    const bench::Ceilings& ceil = bench::ceilings(stream);
-    t0 = std::chrono::steady_clock::now();
-    const GpuLayer g = make_gpu_layer(lw, stream);
-    const double prep_s = seconds_since(t0);
-    const int H = cfg.hidden;
-    DeviceBuffer d_x = DeviceBuffer::from(to_bf16_bits(in.x)), d_logits = DeviceBuffer::from(in.logits);
-    DeviceBuffer d_y(size_t(T) * H * 2), ws(g.layer->workspace_size(T, rmode));
-    d_y.fill(0xFF);  // NaN: the layer must write every output
-    MoeForwardArgs a;
-    a.x = TensorRef::contiguous(d_x.get(), DType::bf16, {T, H}, Device::cuda);
-    a.router_logits = TensorRef::contiguous(d_logits.get(), DType::f32, {T, cfg.num_experts}, Device::cuda);
-    a.y = TensorRef::contiguous(d_y.get(), DType::bf16, {T, H}, Device::cuda);
-    a.mode = rmode;
-    const detail::LayerPlan plan = detail::plan_layer_forward(g.layer->impl(), a, ws.get(), ws.bytes(), stream);
-    g.layer->forward(a, ws.get(), ws.bytes(), stream);
-    wait_or_die(stream, 60, "MoeLayer::forward (first call)");
-    y_gpu_first = d_y.to_host<uint16_t>();
-    std::printf("  backend  : gpu: %s, %s + %s%s; prepared weights %.1f MB in %.2f s\n", prop.name,
-                plan.T ? detail::gemm_config_info(plan.up_config).name : "-",
-                plan.T ? detail::gemm_config_info(plan.down_config).name : "-",
-                plan.fused_schedule ? " (fused schedule)" : "", double(g.layer->prepared_bytes()) / 1e6,
-                prep_s);
-    if (T > 0) {
-      const bench::Stats t = bench::time_graph([&](cudaStream_t st, int) {
-        g.layer->forward(a, ws.get(), ws.bytes(), st);
-      }, stream, 20);
-      const ref::Routing routing = ref::route(cfg.routing, in.logits.data(), T, cfg.num_experts,
-                                              cfg.top_k, lw.route_bias.empty() ? nullptr : lw.route_bias.data());
-      const LayerCost cost = layer_cost(cfg, routing, T);
-      bench::Row row;
-      row.bytes = cost.bytes;
-      row.flops = cost.flops;
-      row.t = t;
-      bench::set_floor(row, ceil, cfg.weight_precision == Precision::bf16 ? "bf16" : "fp8");
-      std::printf("  time     : %.2f us median (p10 %.2f, p90 %.2f) per call over CUDA-graph replays "
-                  "(one input set: small T may read weights from L2; 'fusedmoe bench --op layer' "
-                  "rotates copies)\n", t.median_us, t.p10_us, t.p90_us);
-      std::printf("  rate     : %.1f TFLOP/s, %.0f GB/s (weights of %d experts hit + shared, x, "
-                  "logits, y); floor %.2f us (%s), %.2fx the floor\n", cost.flops / t.median_us / 1e6,
-                  cost.bytes / t.median_us / 1e3, cost.hit, row.floor_us, row.floor_kind.c_str(),
-                  t.median_us / row.floor_us);
-      y_gpu_last = d_y.to_host<uint16_t>();
-    }
-    FMOE_CUDA(cudaStreamDestroy(stream));
-    std::fflush(stdout);
+    gpu = std::make_unique<GpuLayerRun>(run_layer_gpu(
+        cfg, T, mode, in.x, in.logits, lw.route_bias, "prepared weights",
+        [&](cudaStream_t stream) { return make_gpu_layer(lw, stream); }));
   }
 #endif
 
@@ -424,24 +598,7 @@ int cmd_run(const std::vector<std::string>& argv) {
   print_routing(res.routing, cfg.num_experts);
   if (!on_gpu) return report_cpu_only(t_ref, " forward", T, cfg.hidden, res.y);
 #if defined(FMOE_HAS_CUDA)
-  std::printf("  reference: %.3f s on the CPU\n", t_ref);
-  print_output(T, cfg.hidden, y_gpu_first);
-  const bool fp8 = cfg.weight_precision == Precision::fp8_block;
-  const LayerCheck first = check_layer_output(y_gpu_first, res.y, cfg.hidden, fp8);
-  std::printf("  check    : %s vs the CPU reference\n",
-              describe_layer_check(first, y_gpu_first, res.y, cfg.hidden).c_str());
-  bool pass = first.ok();
-  if (T > 0) {
-    const bool det = mode == "deterministic";
-    const LayerCheck last = check_layer_output(y_gpu_last, res.y, cfg.hidden, fp8);
-    const bool replays_ok = det ? y_gpu_last == y_gpu_first : last.ok();
-    std::printf("  replays  : after the CUDA-graph replays the output is %s\n",
-                det ? (replays_ok ? "bit-identical to the first call's" : "NOT bit-identical to the first call's")
-                    : (replays_ok ? "within the same bounds" : "OUT of bounds"));
-    pass = pass && replays_ok;
-  }
-  std::printf("  result   : %s\n", pass ? "PASS" : "FAIL");
-  return pass ? 0 : 1;
+  return report_gpu_check(cfg, T, mode, t_ref, *gpu, res);
 #else
   return 0;  // unreachable: on_gpu needs a CUDA build
 #endif

@@ -3,17 +3,16 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "fusedmoe/config.hpp"
-#include "fusedmoe/layer.hpp"
 #include "fusedmoe/types.hpp"
+#include "fusedmoe/weights.hpp"
 
 namespace fusedmoe {
 
-/// A host tensor the loader owns (contiguous).
+/// A host tensor the loader owns (contiguous, row-major).
 struct HostTensor {
   DType dtype = DType::f32;
   std::vector<int64_t> shape;
@@ -24,30 +23,82 @@ struct HostTensor {
   TensorRef ref();
 };
 
-/// The layer's tensors. Supported today: per-expert layouts
-/// `model.layers.{N}.mlp.experts.{j}.{gate,up,down}_proj.weight` in BF16, or F8_E4M3 with
-/// `weight_scale_inv` (DeepSeek-V3 / Qwen3 FP8: one f32 per 128x128 block; I a multiple of 128 so
-/// the gate and up blocks stack), the router `mlp.gate.weight` (+ `e_score_correction_bias`), and
-/// shared experts as `mlp.shared_experts.*` (DeepSeek) or `mlp.shared_expert.*` +
-/// `mlp.shared_expert_gate.weight` (Qwen). Other layouts (gpt-oss fused/MXFP4, Llama-4 stacked,
-/// ModelOpt NVFP4) are refused with an Error naming the format.
+/// How a checkpoint stores the experts of a layer (the prefix P is the layer's MoE block:
+/// `model.layers.{N}.mlp.`, `model.language_model.layers.{N}.mlp.`, Llama-4's
+/// `[language_model.]model.layers.{N}.feed_forward.`, Mixtral's `...block_sparse_moe.`).
+enum class ExpertLayout {
+  /// P`experts.{j}.{gate,up,down}_proj.*` (DeepSeek-V3, Kimi-K2, Qwen2/3, ModelOpt exports), or
+  /// Mixtral's P`experts.{j}.{w1,w3,w2}.*`: one tensor per expert and projection.
+  per_expert,
+  /// P`experts.gate_up_proj` [E, 2I, H] (gate rows, then up rows) + P`experts.down_proj`
+  /// [E, H, I] (Qwen3.5 and other Transformers-5 checkpoints): already the layer's layout.
+  stacked,
+  /// gpt-oss: P`experts.gate_up_proj` [E, H, 2I] with gate and up interleaved by column,
+  /// P`experts.gate_up_proj_bias` [E, 2I], P`experts.down_proj` [E, I, H],
+  /// P`experts.down_proj_bias` [E, H]; router P`router.weight` + P`router.bias`.
+  gpt_oss,
+  /// Llama 4: P`experts.gate_up_proj` [E, H, 2I] (gate columns, then up columns) +
+  /// P`experts.down_proj` [E, I, H]; router P`router.weight`; shared P`shared_expert.*`.
+  llama4,
+};
+const char* expert_layout_name(ExpertLayout l);
+
+/// One layer's tensors, read from the files into the layouts of MoeLayerWeights (gate rows then
+/// up rows for swiglu, interleaved for gpt-oss's clamped SwiGLU; [out, in] matrices).
+///
+/// Formats (config.json's quantization_config, or ModelOpt's hf_quant_config.json):
+/// - BF16 (no quantization): every layout above.
+/// - FP8 128x128 blocks (`quant_method: fp8`, DeepSeek-V3 / Kimi-K2 / Qwen3 FP8): per-expert
+///   `weight` F8_E4M3 + `weight_scale_inv` F32 [ceil(N/128), ceil(K/128)]; the expert
+///   intermediate a multiple of 128 so the gate and up scale blocks stack.
+/// - ModelOpt NVFP4 (`quant_method: modelopt` / `quant_algo: NVFP4`): per-expert `weight` U8
+///   [N, K/2] (two E2M1 per byte, even element in the low nibble), `weight_scale` F8_E4M3
+///   [N, K/16], `weight_scale_2` F32 scalar (w = e2m1 * weight_scale * weight_scale_2),
+///   `input_scale` F32 scalar. The GPU layer has no NVFP4 path yet: such a layer runs on the CPU
+///   reference only (host_weights() refuses it).
+/// gpt-oss's MXFP4 experts (`gate_up_proj_blocks` / `_scales`) are refused with an Error.
 struct CheckpointLayer {
   MoeConfig config;
   int layer = 0;
-  HostTensor w13, w13_scale, w2, w2_scale;      ///< MoeLayerWeights layouts (gate rows, then up)
-  HostTensor shared_w13, shared_w13_scale, shared_w2, shared_w2_scale, shared_gate;
-  HostTensor routing_bias;                      ///< [E] f32 (e_score_correction_bias) or empty
-  HostTensor router_weight;                     ///< [E, H] as stored (bf16 or f32)
-  uint64_t bytes_read = 0;                      ///< tensor bytes copied from the files
+  ExpertLayout layout = ExpertLayout::per_expert;
+  std::string prefix;    ///< the layer's MoE block, e.g. "model.layers.3.mlp."
+  std::string router_key;  ///< the router weight's tensor, e.g. "model.layers.3.mlp.gate.weight"
+  std::string format;    ///< one line for people: "fp8_block per-expert (weight + weight_scale_inv)"
 
-  /// Views of the tensors above as MoeLayerWeights (CPU memory: copy to the GPU before
-  /// constructing a MoeLayer).
+  HostTensor w13, w13_scale, w2, w2_scale;  ///< MoeLayerWeights layouts; nvfp4: values
+                                            ///< e2m1x2 [E, 2I, H/2], [E, H, I/2] and
+                                            ///< weight_scale e4m3 [E, 2I, H/16], [E, H, I/16]
+  HostTensor w13_scale_2, w2_scale_2;       ///< nvfp4: weight_scale_2 f32 [E, 2] (gate, up), [E]
+  HostTensor w13_input_scale, w2_input_scale;  ///< nvfp4: input_scale f32 [E, 2], [E] (read and
+                                               ///< kept; the layer runs W4A16, bf16 activations)
+  HostTensor b13, b2;                       ///< gpt-oss: [E, 2I] (w13's row order), [E, H] bf16
+  HostTensor routing_bias;                  ///< [E] f32: e_score_correction_bias or router bias
+  HostTensor router_weight;                 ///< [E, H] as stored (bf16 or f32)
+  HostTensor shared_w13, shared_w13_scale, shared_w2, shared_w2_scale;  ///< [2S, H], [H, S]
+  HostTensor shared_w13_scale_2, shared_w2_scale_2;                     ///< nvfp4: [2], [1]
+  HostTensor shared_w13_input_scale, shared_w2_input_scale;             ///< nvfp4: [2], [1]
+  HostTensor shared_gate;                   ///< [1, H] bf16 (Qwen's shared_expert_gate)
+  uint64_t bytes_read = 0;                  ///< tensor bytes read from the files
+
+  /// Bytes of every tensor above (host memory held).
+  uint64_t host_bytes() const;
+  /// Views of the tensors above as MoeLayerWeights (CPU memory: copy them to the GPU before
+  /// constructing a MoeLayer). Throws Error for NVFP4 layers, which run only on the CPU
+  /// reference for now.
   MoeLayerWeights host_weights();
 };
 
-/// Reads layer `layer` of the model in `dir` (config.json beside the safetensors). Throws Error
-/// naming the file and tensor key on a missing tensor, a wrong dtype or shape, or a malformed
-/// file. `progress(bytes_done, bytes_total)` is called as the expert tensors are copied.
+/// The MoeConfig of the model in `dir` as load_moe_layer reads it: config.json, with
+/// hf_quant_config.json for ModelOpt exports (NVFP4). Reads no tensor. Throws Error naming the
+/// file and field, or a quantization format that is not read (gpt-oss MXFP4, other quantizers).
+MoeConfig checkpoint_config(const std::string& dir);
+
+/// Reads layer `layer` of the model in `dir` (config.json, an optional hf_quant_config.json,
+/// `model.safetensors` or `model.safetensors.index.json` and its shards; files memory-mapped).
+/// Throws Error naming the file and the tensor key on a missing tensor, a wrong dtype or shape
+/// (expected vs actual), a malformed file, a layer without MoE block, or a format not read.
+/// `progress(bytes_done, bytes_total, arg)` is called as the tensors are copied, with
+/// bytes_done reaching bytes_total.
 CheckpointLayer load_moe_layer(const std::string& dir, int layer,
                                void (*progress)(uint64_t, uint64_t, void*) = nullptr,
                                void* progress_arg = nullptr);

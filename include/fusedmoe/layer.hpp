@@ -10,28 +10,9 @@
 #include "fusedmoe/moe.hpp"
 #include "fusedmoe/stream.hpp"
 #include "fusedmoe/types.hpp"
+#include "fusedmoe/weights.hpp"
 
 namespace fusedmoe {
-
-/// The weights of one layer in checkpoint layouts, in CUDA device memory the caller owns (read
-/// once, by MoeLayer's constructor). E experts, hidden H, expert intermediate I, shared
-/// intermediate S (config.shared_intermediate). FP8 (cfg.weight_precision fp8_block): e4m3 values
-/// with DeepSeek's `weight_scale_inv` (one f32 per 128x128 block); bf16: no scales.
-struct MoeLayerWeights {
-  TensorRef w13;               ///< [E, 2I, H]: gate rows then up rows (swiglu), or interleaved
-                               ///< gate 2i / up 2i+1 (swiglu_clamped, gpt-oss)
-  TensorRef w13_scale;         ///< fp8: [E, ceil(2I/128), ceil(H/128)] f32
-  TensorRef w2;                ///< [E, H, I]
-  TensorRef w2_scale;          ///< fp8: [E, ceil(H/128), ceil(I/128)] f32
-  TensorRef b13;               ///< [E, 2I] f32 or bf16, w13's row order (cfg.expert_bias)
-  TensorRef b2;                ///< [E, H] f32 or bf16 (cfg.expert_bias)
-  TensorRef routing_bias;      ///< [E] f32: e_score_correction_bias or the router bias
-  TensorRef shared_w13;        ///< [2S, H], same row layout as w13 (cfg.num_shared_experts > 0)
-  TensorRef shared_w13_scale;  ///< fp8: [ceil(2S/128), ceil(H/128)]
-  TensorRef shared_w2;         ///< [H, S]
-  TensorRef shared_w2_scale;   ///< fp8: [ceil(H/128), ceil(S/128)]
-  TensorRef shared_gate;       ///< [H] or [1, H] bf16 (cfg.shared_expert_gate)
-};
 
 /// One forward call. All tensors in CUDA device memory on the layer's device.
 struct MoeForwardArgs {

@@ -52,9 +52,10 @@ def load_moe_layer(path: Union[str, "os.PathLike[str]"], layer: int) -> Tuple[Mo
     """Layer ``layer`` of the Hugging Face checkpoint in directory ``path`` (config.json beside
     the safetensors, single or sharded), read by the library's loader into host memory: the
     config and {name: (numpy array, DType)} in MoeLayerWeights layouts (``w13``, ``w13_scale``,
-    ``w2``, ``w2_scale``, ``routing_bias``, ``shared_*``, and ``router_weight`` [E, H]). Arrays
-    hold the stored bits: uint8 for e4m3, int16 for bf16, float32. :meth:`MoeLayer.from_pretrained`
-    puts them on the GPU."""
+    ``w2``, ``w2_scale``, gpt-oss's ``b13`` / ``b2``, ``routing_bias``, ``shared_*``, and
+    ``router_weight`` [E, H]; NVFP4 layers add ``*_scale_2`` and ``*_input_scale``). Arrays hold
+    the stored bits: uint8 for e4m3 and packed e2m1, int16 for bf16, float32.
+    :meth:`MoeLayer.from_pretrained` puts them on the GPU."""
     if not has_checkpoint_loader:
         raise Error(
             "load_moe_layer: this build of fusedmoe has no checkpoint loader (its source tree had "

@@ -110,8 +110,13 @@ class MoeLayer:
         x @ router_weight.T)."""
         from . import load_moe_layer
 
-        torch = _require_torch("MoeLayer.from_pretrained")
         cfg, tensors = load_moe_layer(path, layer)
+        if cfg.weight_precision.name == "nvfp4":
+            raise Error(
+                f"MoeLayer.from_pretrained: {path} layer {layer} has NVFP4 weights; the GPU layer "
+                "has no NVFP4 path yet (fusedmoe.load_moe_layer reads them for the CPU reference)"
+            )
+        torch = _require_torch("MoeLayer.from_pretrained")
         dev = torch.device(device)
         weights: Dict[str, Any] = {}
         router = None
@@ -120,7 +125,10 @@ class MoeLayer:
             view = _TORCH_VIEW.get(dtype.name)
             if view is None:
                 raise Error(f"MoeLayer.from_pretrained: {name} is {dtype.name}, not a layer dtype")
-            t = t.view(getattr(torch, view)).to(dev)
+            t = t.view(getattr(torch, view))
+            if name in ("b13", "b2"):  # gpt-oss biases are stored bf16; the layer takes fp32
+                t = t.float()
+            t = t.to(dev)
             if name == "router_weight":
                 router = t
             else:

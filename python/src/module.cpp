@@ -708,6 +708,16 @@ std::pair<MoeConfig, nb::dict> py_load_moe_layer(const std::string& dir, int lay
   add("shared_w2", ck->shared_w2);
   add("shared_w2_scale", ck->shared_w2_scale);
   add("shared_gate", ck->shared_gate);
+  add("b13", ck->b13);
+  add("b2", ck->b2);
+  add("w13_scale_2", ck->w13_scale_2);
+  add("w2_scale_2", ck->w2_scale_2);
+  add("w13_input_scale", ck->w13_input_scale);
+  add("w2_input_scale", ck->w2_input_scale);
+  add("shared_w13_scale_2", ck->shared_w13_scale_2);
+  add("shared_w2_scale_2", ck->shared_w2_scale_2);
+  add("shared_w13_input_scale", ck->shared_w13_input_scale);
+  add("shared_w2_input_scale", ck->shared_w2_input_scale);
   add("routing_bias", ck->routing_bias);
   add("router_weight", ck->router_weight);
   return {ck->config, out};

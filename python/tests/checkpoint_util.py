@@ -38,9 +38,10 @@ FP8 = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "we
 
 
 def write_checkpoint(d, family: dict, E: int, H: int, I: int, layer: int, seed: int = 0,
-                     fp8: bool = True) -> Dict[str, np.ndarray]:
+                     fp8: bool = True, drop: Tuple[str, ...] = ()) -> Dict[str, np.ndarray]:
     """Writes the checkpoint into directory d; returns what load_moe_layer must give back, in
-    MoeLayerWeights layouts (codes as uint8, bf16 as uint16 bits, f32), plus router_weight."""
+    MoeLayerWeights layouts (codes as uint8, bf16 as uint16 bits, f32), plus router_weight.
+    Tensors named in ``drop`` are left out of the file."""
     deepseek = family["model_type"] == "deepseek_v3"
     cfg = dict(family, hidden_size=H, moe_intermediate_size=I)
     cfg["n_routed_experts" if deepseek else "num_experts"] = E
@@ -87,5 +88,64 @@ def write_checkpoint(d, family: dict, E: int, H: int, I: int, layer: int, seed: 
         if fp8:
             want["shared_w13_scale"] = np.concatenate([sg[1], su[1]])
             want["shared_w2_scale"] = sd[1]
+    for name in drop:  # a broken checkpoint: these tensors left out
+        del tensors[name]
     write_safetensors(d / "model.safetensors", tensors)
     return want
+
+
+def write_gpt_oss(d, E: int, H: int, I: int, layer: int, seed: int = 0) -> Dict[str, np.ndarray]:
+    """A BF16 gpt-oss checkpoint: experts.gate_up_proj [E, H, 2I] with gate and up interleaved
+    by column, its bias [E, 2I], experts.down_proj [E, I, H] + bias [E, H], router.weight and
+    router.bias. Returns what load_moe_layer must give back (w13 [E, 2I, H] in the interleaved
+    row order, w2 [E, H, I], biases as bf16 bits, routing_bias as f32)."""
+    cfg = dict(model_type="gpt_oss", hidden_size=H, intermediate_size=I, num_local_experts=E,
+               num_experts_per_tok=2, swiglu_limit=7.0)
+    (d / "config.json").write_text(json.dumps(cfg))
+    rng = np.random.default_rng(seed)
+    p = f"model.layers.{layer}.mlp."
+
+    def bf16(shape, scale):
+        return fusedmoe.bf16_from_float(((rng.random(shape, dtype=np.float32) * 2 - 1) * np.float32(scale)))
+
+    gate_up = bf16((E, H, 2 * I), np.sqrt(3.0 / H))
+    down = bf16((E, I, H), np.sqrt(3.0 / I))
+    b13, b2 = bf16((E, 2 * I), 0.1), bf16((E, H), 0.1)
+    router, router_bias = bf16((E, H), 0.05), bf16((E,), 0.5)
+    write_safetensors(d / "model.safetensors", {
+        p + "experts.gate_up_proj": ("BF16", gate_up),
+        p + "experts.gate_up_proj_bias": ("BF16", b13),
+        p + "experts.down_proj": ("BF16", down),
+        p + "experts.down_proj_bias": ("BF16", b2),
+        p + "router.weight": ("BF16", router),
+        p + "router.bias": ("BF16", router_bias),
+    })
+    return {
+        "w13": np.ascontiguousarray(gate_up.transpose(0, 2, 1)),
+        "w2": np.ascontiguousarray(down.transpose(0, 2, 1)),
+        "b13": b13,
+        "b2": b2,
+        "routing_bias": (router_bias.astype(np.uint32) << 16).view(np.float32),
+        "router_weight": router,
+    }
+
+
+def write_nvfp4(d, E: int, H: int, I: int, layer: int, seed: int = 0) -> None:
+    """A ModelOpt NVFP4 checkpoint (hf_quant_config.json; per-expert packed weight U8 [N, K/2],
+    weight_scale F8_E4M3 [N, K/16], weight_scale_2 and input_scale F32 scalars) with random bytes:
+    enough for the loader, which reads it for the CPU reference only."""
+    cfg = dict(QWEN3, hidden_size=H, moe_intermediate_size=I, num_experts=E)
+    (d / "config.json").write_text(json.dumps(cfg))
+    (d / "hf_quant_config.json").write_text(json.dumps({"quantization": {"quant_algo": "NVFP4", "group_size": 16}}))
+    rng = np.random.default_rng(seed)
+    p = f"model.layers.{layer}.mlp."
+    tensors: Dict[str, Tuple[str, np.ndarray]] = {}
+    for j in range(E):
+        for name, (n, k) in (("gate_proj", (I, H)), ("up_proj", (I, H)), ("down_proj", (H, I))):
+            q = f"{p}experts.{j}.{name}."
+            tensors[q + "weight"] = ("U8", rng.integers(0, 256, (n, k // 2), dtype=np.uint8))
+            tensors[q + "weight_scale"] = ("F8_E4M3", rng.integers(0x30, 0x40, (n, k // 16), dtype=np.uint8))
+            tensors[q + "weight_scale_2"] = ("F32", np.array(0.01, dtype=np.float32))
+            tensors[q + "input_scale"] = ("F32", np.array(0.5, dtype=np.float32))
+    tensors[p + "gate.weight"] = ("BF16", fusedmoe.bf16_from_float(rng.standard_normal((E, H)).astype(np.float32)))
+    write_safetensors(d / "model.safetensors", tensors)

@@ -52,10 +52,39 @@ def test_bf16(tmp_path):
 
 
 def test_loader_errors_name_the_tensor_and_file(tmp_path):
-    ck.write_checkpoint(tmp_path, ck.QWEN3, E, H, I, layer=1)
-    with pytest.raises(Error, match=r"tensor model\.layers\.7\.mlp\.experts\.0\.gate_proj\.weight is missing"):
+    ck.write_checkpoint(tmp_path, ck.QWEN3, E, H, I, layer=1,
+                        drop=("model.layers.1.mlp.experts.2.up_proj.weight_scale_inv",))
+    with pytest.raises(Error, match=r"tensor model\.layers\.1\.mlp\.experts\.2\.up_proj\.weight_scale_inv is missing"):
+        fusedmoe.load_moe_layer(tmp_path, 1)
+    with pytest.raises(Error, match=r"layer 7 has no MoE router: none of model\.layers\.7\.mlp\.gate\.weight"):
         fusedmoe.load_moe_layer(tmp_path, 7)
     with pytest.raises(Error, match="layer must be >= 0, got -1"):
         fusedmoe.load_moe_layer(tmp_path, -1)
     with pytest.raises(Error, match="config.json"):
         fusedmoe.load_moe_layer(tmp_path / "nowhere", 0)
+
+
+def test_gpt_oss_bf16(tmp_path):
+    want = ck.write_gpt_oss(tmp_path, E, H, 64, layer=3, seed=5)
+    cfg, tensors = fusedmoe.load_moe_layer(tmp_path, 3)
+    assert (cfg.hidden, cfg.intermediate, cfg.num_experts, cfg.top_k) == (H, 64, E, 2)
+    assert cfg.weight_precision == Precision.bf16 and cfg.expert_bias
+    check_tensors(tensors, want)
+    assert tensors["b13"][1] == DType.bf16 and tensors["routing_bias"][1] == DType.f32
+
+
+def test_nvfp4_is_read_with_its_scales(tmp_path):
+    ck.write_nvfp4(tmp_path, E, H, I, layer=0, seed=6)
+    cfg, tensors = fusedmoe.load_moe_layer(tmp_path, 0)
+    assert cfg.weight_precision == Precision.nvfp4
+    assert tensors["w13"][0].shape == (E, 2 * I, H // 2)
+    assert tensors["w13_scale"][0].shape == (E, 2 * I, H // 16)
+    assert tensors["w2"][0].shape == (E, H, I // 2)
+    np.testing.assert_array_equal(tensors["w13_scale_2"][0], np.full((E, 2), 0.01, np.float32))
+    np.testing.assert_array_equal(tensors["w2_input_scale"][0], np.full((E,), 0.5, np.float32))
+
+
+def test_from_pretrained_refuses_nvfp4_before_upload(tmp_path):
+    ck.write_nvfp4(tmp_path, E, H, I, layer=0)
+    with pytest.raises(Error, match="NVFP4 weights; the GPU layer has no NVFP4 path yet"):
+        fusedmoe.MoeLayer.from_pretrained(tmp_path, 0)

@@ -4,6 +4,7 @@ routing computed and given, outside and inside a CUDA graph. Skipped, with the r
 torch, a CUDA build of fusedmoe, or an sm_90 GPU."""
 
 import pytest
+import numpy as np
 
 from torch_ref import gpu_skip_reason
 
@@ -227,12 +228,16 @@ def test_quantized_weights_from_numpy_match_torch_quantization():
 
 
 @pytest.mark.skipif(not fusedmoe.has_checkpoint_loader, reason="this build has no checkpoint loader")
-@pytest.mark.parametrize("family", ["qwen3_moe", "deepseek_v3"])
+@pytest.mark.parametrize("family", ["qwen3_moe", "deepseek_v3", "gpt_oss"])
 def test_from_pretrained(tmp_path, family):
     import checkpoint_util as ck
 
-    fam, E = (ck.QWEN3, 8) if family == "qwen3_moe" else (ck.DEEPSEEK_V3, 16)
-    want = ck.write_checkpoint(tmp_path, fam, E, 256, 128, layer=2, seed=4)
+    if family == "gpt_oss":
+        E = 8
+        want = ck.write_gpt_oss(tmp_path, E, 256, 128, layer=2, seed=4)
+    else:
+        fam, E = (ck.QWEN3, 8) if family == "qwen3_moe" else (ck.DEEPSEEK_V3, 16)
+        want = ck.write_checkpoint(tmp_path, fam, E, 256, 128, layer=2, seed=4)
     layer = fusedmoe.MoeLayer.from_pretrained(tmp_path, 2)
     cfg = layer.config
     r = layer.router_weight
@@ -242,8 +247,13 @@ def test_from_pretrained(tmp_path, family):
     for name, a in want.items():
         if name == "router_weight":
             continue
-        t = torch.from_numpy(a)
-        w[name] = (t.view(torch.float8_e4m3fn) if a.dtype.name == "uint8" else t).cuda()
+        if a.dtype == np.uint8:
+            t = torch.from_numpy(a).view(torch.float8_e4m3fn)
+        elif a.dtype == np.uint16:  # bf16 bits
+            t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+        else:
+            t = torch.from_numpy(a)
+        w[name] = t.cuda()
     d = torch_ref.dequantized(cfg, w)
     x, logits = inputs(cfg, 24, seed=61)
     check(layer(x, logits), torch_ref.layer(cfg, d, x, logits), f"from_pretrained {family}")

@@ -241,6 +241,8 @@ bool exists(const std::string& p) {
   return stat(p.c_str(), &st) == 0;
 }
 
+}  // namespace
+
 std::string read_small_file(const std::string& path, size_t limit) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   FMOE_REQUIRE(fd >= 0, "cannot open %s: %s", q(path).c_str(), std::strerror(errno));
@@ -262,8 +264,6 @@ std::string read_small_file(const std::string& path, size_t limit) {
   ::close(fd);
   return s;
 }
-
-}  // namespace
 
 SafetensorsModel::SafetensorsModel(const std::string& path) : path_(path) {
   if (!is_dir(path)) {

@@ -59,6 +59,11 @@ struct StLimits {
 StHeader parse_safetensors_header(const uint8_t* bytes, size_t size, const std::string& origin,
                                   const StLimits& limits = {});
 
+/// The whole of a small regular file (an index, config.json, hf_quant_config.json) of at most
+/// `limit` bytes. Throws Error naming the path when it cannot be opened, is not a regular file,
+/// or is larger.
+std::string read_small_file(const std::string& path, size_t limit);
+
 /// One safetensors file, memory-mapped read-only for the object's lifetime.
 class SafetensorsFile {
  public:

@@ -8,7 +8,11 @@
 #include <iterator>
 #include <string>
 
+#include "fusedmoe/checkpoint.hpp"
+#include "tests/checkpoint/checkpoint_writer.hpp"
 #include "tests/test_util.hpp"
+#include "tools/model_case.hpp"
+#include "tools/projection_case.hpp"
 
 namespace {
 
@@ -529,4 +533,114 @@ TEST(Cli, NoDriverIsSaidInWords) {
     EXPECT_TRUE(has(r.out, "no NVIDIA driver / no GPU found")) << args << "\n" << r.out;
     EXPECT_FALSE(has(r.out, "driver version is insufficient")) << args << "\n" << r.out;
   }
+}
+
+// `run --model DIR --layer N`: one layer of a checkpoint the test writes (DeepSeek-shaped FP8, and
+// ModelOpt NVFP4), read, run on the CPU here (and on the GPU where there is one), and the very
+// output the reference gives for that layer, x and router.
+namespace {
+
+const char* kCkptConfig = R"({"model_type": "deepseek_v3", "hidden_size": 256,
+  "moe_intermediate_size": 128, "n_routed_experts": 4, "n_shared_experts": 1,
+  "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1, "routed_scaling_factor": 2.5,
+  "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}})";
+const char* kCkptNvfp4Config = R"({"model_type": "qwen3_moe", "hidden_size": 256,
+  "moe_intermediate_size": 64, "num_experts": 4, "num_experts_per_tok": 2,
+  "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4"}})";
+
+// A model directory with `config` whose layer 1 holds seeded weights (in files split in 2 shards).
+std::string write_checkpoint(const std::string& tag, const char* config) {
+  const std::string dir = fusedmoe::test::st::temp_dir(tag);
+  fusedmoe::test::st::write(dir + "/config.json", config);
+  const fusedmoe::MoeConfig cfg = fusedmoe::config_from_hf_json_text(config, "test");
+  const fusedmoe::ref::LayerWeights lw = fusedmoe::ref::make_random_layer(cfg, 21);
+  fusedmoe::test::ckpt::Names n;
+  n.block = "model.layers.1.mlp.";
+  fusedmoe::test::ckpt::write_model(dir, fusedmoe::test::ckpt::per_expert(lw, n, 22), 2);
+  return dir;
+}
+
+// The bits hash of the reference's output for layer 1 of `dir` at T tokens and `seed`, computed
+// here from the loader, the same x and the layer's router: what `run --model` must print.
+std::string expected_hash(const std::string& dir, int T, uint64_t seed) {
+  using namespace fusedmoe;
+  CheckpointLayer ck = load_moe_layer(dir, 1);
+  const std::vector<float> x = ref::random_bf16(int64_t(T) * ck.config.hidden, seed, cli::kStreamX, 1.0f);
+  const std::vector<float> logits = cli::router_logits(x, T, ck.router_weight);
+  const ref::LayerWeights lw = ref::layer_from_checkpoint(std::move(ck));
+  const ref::LayerResult r = ref::moe_layer(lw, x.data(), logits.data(), T);
+  return fusedmoe::strf("bits hash %016llx", (unsigned long long)cli::bf16_hash(cli::to_bf16_bits(r.y)));
+}
+
+}  // namespace
+
+TEST(Cli, RunModelReadsTheLayerAndRunsIt) {
+  const std::string dir = write_checkpoint("cli_fp8", kCkptConfig);
+  const Result r = run_cli("run --model " + dir + " --layer 1 --tokens 6 --seed 4 --backend cpu");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const std::string& s :
+       {std::string("fusedmoe run --model"), "model    : \"" + dir + "\", layer 1",
+        std::string("config   : deepseek_v3: H=256 I=128 E=4 top-2 shared=1x128"),
+        std::string("backend  : cpu-reference (--backend cpu)"),
+        std::string("weights  : \"model.layers.1.mlp.\", fp8_block per-expert (weight + weight_scale_inv 128x128)"),
+        std::string("router logits = x . \"model.layers.1.mlp.gate.weight\"^T (the layer's own router, bf16"),
+        std::string("output   : [6, 256] bf16"), expected_hash(dir, 6, 4)})
+    EXPECT_TRUE(has(r.out, s)) << s << "\n" << r.out;
+  EXPECT_FALSE(has(r.out, "% after ")) << "progress belongs on stderr:\n" << r.out;
+
+  // auto: the GPU where one is usable (checked against this reference: PASS), else the reference.
+  const Result a = run_cli("run --model " + dir + " --layer 1 --tokens 6 --seed 4");
+  ASSERT_EQ(a.code, 0) << a.out;
+  if (fusedmoe::gpu_usable()) {
+    for (const char* s : {"backend  : gpu: ", "gpu mem  : peak ", "result   : PASS"})
+      EXPECT_TRUE(has(a.out, s)) << s << "\n" << a.out;
+  } else {
+    EXPECT_TRUE(has(a.out, "backend  : cpu-reference (")) << a.out;
+    EXPECT_TRUE(has(a.out, expected_hash(dir, 6, 4))) << a.out;
+  }
+  const Result z = run_cli("run --model " + dir + " --layer 1 --tokens 0 --backend cpu");
+  EXPECT_EQ(z.code, 0) << z.out;
+}
+
+TEST(Cli, RunModelNvfp4RunsOnTheCpuReferenceAndSaysSo) {
+  const std::string dir = write_checkpoint("cli_nvfp4", kCkptNvfp4Config);
+  const Result r = run_cli("run --model " + dir + " --layer 1 --tokens 3");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "weights  : \"model.layers.1.mlp.\", nvfp4 per-expert (ModelOpt")) << r.out;
+  EXPECT_TRUE(has(r.out, "backend  : cpu-reference (")) << r.out;
+  if (fusedmoe::gpu_usable()) {
+    EXPECT_TRUE(has(r.out, "nvfp4 layers run only on the CPU reference for now")) << r.out;
+  }
+  EXPECT_TRUE(has(r.out, expected_hash(dir, 3, 1))) << r.out;
+  // On the GPU by request: refused in one line before any weight is read, GPU or not.
+  const Result g = run_cli("run --model " + dir + " --layer 1 --backend gpu");
+  EXPECT_EQ(g.code, 1) << g.out;
+  EXPECT_EQ(count_lines(g.out), 1) << g.out;
+  EXPECT_TRUE(has(g.out, "--backend gpu: nvfp4 layers run only on the CPU reference for now")) << g.out;
+}
+
+TEST(Cli, RunModelMistakesAreOneLine) {
+  const std::string dir = write_checkpoint("cli_bad", kCkptConfig);
+  expect_usage_error("run --model " + dir, "--model needs --layer N", "usage: fusedmoe run");
+  expect_usage_error("run --layer 2", "--layer needs --model DIR");
+  expect_usage_error("run --model " + dir + " --layer 1 --preset qwen3-30b-a3b",
+                     "--preset does not go with --model");
+  expect_usage_error("run --model " + dir + " --layer 1 --precision bf16", "--precision does not go with --model");
+  expect_usage_error("run --model " + dir + " --layer 1 --projection", "--projection runs on random weights");
+  expect_usage_error("run --model " + dir + " --layer -1", "--layer must be in [0, 1048576], got \"-1\"");
+  // Library errors: exit 1, one line naming the file or the tensor.
+  Result r = run_cli("run --model " + dir + " --layer 5 --backend cpu");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(count_lines(r.out), 1) << r.out;
+  EXPECT_TRUE(has(r.out, "layer 5 has no MoE router: none of model.layers.5.mlp.gate.weight")) << r.out;
+  EXPECT_TRUE(has(r.out, "(the checkpoint has layers 0..1 under model.layers.)")) << r.out;
+  r = run_cli("run --model /nonexistent/model --layer 0");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(count_lines(r.out), 1) << r.out;
+  EXPECT_TRUE(has(r.out, "checkpoint /nonexistent/model has no config.json")) << r.out;
+  std::remove((dir + "/model-00002-of-00002.safetensors").c_str());
+  r = run_cli("run --model " + dir + " --layer 1 --backend cpu");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "shard model-00002-of-00002.safetensors (listed by model.safetensors.index.json) is missing"))
+      << r.out;
 }

@@ -148,6 +148,26 @@ TEST(ProgressLine, EstimatesTheRestFromTheRateSinceTheFirstReport) {
   std::fclose(out);
 }
 
+TEST(ProgressLine, BytesShowAmountsAndTheRate) {
+  std::FILE* out = std::tmpfile();
+  ASSERT_NE(out, nullptr);
+  FakeClock clock;
+  cli::ProgressLine line("reading  ", 2.0, out, [&] { return clock.now; });
+  line.in_bytes();
+  line(0, 3400000000);  // the first report: the rate is measured from here
+  clock.now += 2;
+  line(1200000000, 3400000000);  // 0.6 GB/s: 2.2 GB in about 4 s
+  clock.now += 2;
+  line(1800000000, 3400000000);  // 0.45 GB/s since the first report
+  clock.now += 2;
+  line(3400000000, 3400000000);  // done: the caller prints the summary
+  EXPECT_EQ(read_all(out), "  reading  : 1.20 GB of 3.40 GB (35%) after 2 s, 600.0 MB/s, about 4 s left\n"
+                           "  reading  : 1.80 GB of 3.40 GB (53%) after 4 s, 450.0 MB/s, about 4 s left\n");
+  std::fclose(out);
+  EXPECT_EQ(cli::ProgressLine::amount(5.12e8), "512.0 MB");
+  EXPECT_EQ(cli::ProgressLine::amount(3.4e9), "3.40 GB");
+}
+
 TEST(ProgressLine, SilentForAShortStep) {
   std::FILE* out = std::tmpfile();
   ASSERT_NE(out, nullptr);
