@@ -63,7 +63,7 @@ WeightSet weight_set(const char* what, Precision p, int E, int N, int K, bool st
     case Precision::fp8_block:
       require_shape(what, values, DType::e4m3, lead({N, K}));
       require_shape(what, scale, DType::f32, lead({(N + 127) / 128, (K + 127) / 128}));
-      w.q = std::move(values.bytes);
+      w.q.assign(values.bytes.begin(), values.bytes.end());
       w.scale = floats(scale);
       release(values);
       break;
@@ -72,8 +72,8 @@ WeightSet weight_set(const char* what, Precision p, int E, int N, int K, bool st
       require_shape(what, scale, DType::e4m3, lead({N, K / 16}));
       FMOE_REQUIRE(scale_2.dtype == DType::f32 && scale_2.bytes.size() == size_t(E) * groups * 4,
                    "ref::layer_from_checkpoint: %s needs %d global scales per expert", what, groups);
-      w.q = std::move(values.bytes);
-      w.block_scale = std::move(scale.bytes);
+      w.q.assign(values.bytes.begin(), values.bytes.end());
+      w.block_scale.assign(scale.bytes.begin(), scale.bytes.end());
       w.global_scale = floats(scale_2);
       w.global_groups = groups;
       release(values);

@@ -3,7 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fusedmoe/config.hpp"
@@ -12,11 +15,34 @@
 
 namespace fusedmoe {
 
+/// An allocator whose new elements are left uninitialized: the loader writes every byte of its
+/// tensors, and zero-filling a layer's 11 GB first would cost as much as reading it.
+template <class T>
+struct UninitializedAllocator : std::allocator<T> {
+  using value_type = T;
+  template <class U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <class U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;  // default-initialization: no zeroing for bytes
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+using HostBytes = std::vector<uint8_t, UninitializedAllocator<uint8_t>>;
+
 /// A host tensor the loader owns (contiguous, row-major).
 struct HostTensor {
   DType dtype = DType::f32;
   std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;
+  HostBytes bytes;
 
   bool empty() const { return bytes.empty() && shape.empty(); }
   /// A CPU TensorRef of this tensor (an empty ref when empty()).

@@ -95,7 +95,7 @@ HostTensor make(DType t, std::vector<int64_t> shape) {
   h.shape = std::move(shape);
   size_t n = dtype_bytes(t);
   for (int64_t d : h.shape) n *= size_t(d);
-  h.bytes.assign(n, 0);
+  h.bytes.resize(n);  // uninitialized: the loader writes every byte (HostBytes)
   return h;
 }
 
@@ -236,11 +236,42 @@ class Loader {
     return v;
   }
 
-  // Copies the tensor's bytes to dst.
+  // Plans the copy of the tensor's bytes to dst (checked now, copied by run_copies()).
   void copy(const std::string& name, StDType want, const std::vector<int64_t>& shape, uint8_t* dst) {
     const StView v = get(name, {want}, shape);
-    if (v.tensor->bytes()) std::memcpy(dst, v.data, v.tensor->bytes());
-    advance(v.tensor->bytes());
+    if (v.tensor->bytes()) copies_.push_back({dst, v.data, size_t(v.tensor->bytes())});
+  }
+
+  // The planned copies, in pieces of at most 4 MB spread over the host threads (one thread
+  // copies from the page cache at a fraction of the memory bandwidth: the page faults on both
+  // sides cost more than the bytes), in batches of about 256 MB with the progress between them.
+  void run_copies() {
+    constexpr size_t kPiece = 4u << 20, kBatch = 256u << 20;
+    struct Piece {
+      uint8_t* dst;
+      const uint8_t* src;
+      size_t n;
+    };
+    std::vector<Piece> pieces;
+    size_t batch_bytes = 0;
+    auto flush = [&] {
+      detail::parallel_for(int64_t(pieces.size()), [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) std::memcpy(pieces[size_t(i)].dst, pieces[size_t(i)].src, pieces[size_t(i)].n);
+      });
+      advance(batch_bytes);
+      pieces.clear();
+      batch_bytes = 0;
+    };
+    for (const Copy& c : copies_) {
+      for (size_t at = 0; at < c.n; at += kPiece) {
+        const size_t n = std::min(kPiece, c.n - at);
+        pieces.push_back({c.dst + at, c.src + at, n});
+        batch_bytes += n;
+        if (batch_bytes >= kBatch) flush();
+      }
+    }
+    if (!pieces.empty()) flush();
+    copies_.clear();
   }
 
   // A bf16 or f32 vector or scalar as f32 values at dst.
@@ -309,6 +340,12 @@ class Loader {
   void (*progress_)(uint64_t, uint64_t, void*);
   void* arg_;
   uint64_t done_ = 0, total_ = 0;
+  struct Copy {
+    uint8_t* dst;
+    const uint8_t* src;
+    size_t n;
+  };
+  std::vector<Copy> copies_;  // planned by copy(), done by run_copies()
 };
 
 // ---- where the layer is -----------------------------------------------------------------------
@@ -564,6 +601,7 @@ CheckpointLayer load_moe_layer(const std::string& dir, int layer,
     if (c.shared_expert_gate)
       rd.copy(p + "shared_expert_gate.weight", StDType::bf16, {1, H}, L.shared_gate.bytes.data());
   }
+  rd.run_copies();
   rd.finish();
   return L;
 }

@@ -527,7 +527,7 @@ TEST(Cli, NoDriverIsSaidInWords) {
   const std::string tiny = write_file("tiny_nodriver.json",
       R"({"model_type": "qwen3_moe", "hidden_size": 64, "moe_intermediate_size": 64,
           "num_experts": 4, "num_experts_per_tok": 2})");
-  for (const std::string args : {std::string("info"), "run --tokens 1 --config " + tiny}) {
+  for (const std::string& args : {std::string("info"), "run --tokens 1 --config " + tiny}) {
     const Result r = run_cli(args);
     EXPECT_EQ(r.code, 0) << args << "\n" << r.out;
     EXPECT_TRUE(has(r.out, "no NVIDIA driver / no GPU found")) << args << "\n" << r.out;
