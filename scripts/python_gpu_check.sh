@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Python package on a GPU machine with no network: builds and installs it with pip, offline and
 # without build isolation (CXX=/usr/bin/g++ unless CXX is set), into a folder of its own, then runs
-# the whole pytest suite (the GPU tests run for real there) and the host-overhead benchmark.
+# the whole pytest suite (the GPU tests run for real there), the host-overhead benchmark and the
+# loading-rate benchmark (python/bench/load.py).
 #   scripts/python_gpu_check.sh [--no-build]
 # Build dependencies: nanobind and scikit-build-core wheels carried in .whl/ (docs/python.md says
 # how to fetch them) are installed first, into /tmp/fmoe-build-deps; without them the ones the
@@ -71,6 +72,15 @@ if "$PY" python/bench/host_overhead.py --preset deepseek-v3 --tokens 8 >build-py
 else
   status=1
   note "overhead (deepseek-v3, T=8): FAILED: $(tail -1 build-py/gpu-overhead2.log | sed 's/^ *//')"
+fi
+
+# 3. Loading rate of a DeepSeek-V3-shaped FP8 layer (11.3 GB) from the page cache to the GPU
+#    (target >= 2 GB/s); FMOE_LOAD_DIR places the checkpoint (default: a temporary folder).
+if "$PY" python/bench/load.py ${FMOE_LOAD_DIR:+--dir "$FMOE_LOAD_DIR"} 2>&1 | tee build-py/gpu-load.log; then
+  note "load: $(grep -E '^(PASS|FAIL)' build-py/gpu-load.log)"
+else
+  status=1
+  note "load: FAILED: $(tail -1 build-py/gpu-load.log)"
 fi
 
 # On the device machine of this workplace, $OUT is a folder whose files come back.
