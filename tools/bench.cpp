@@ -54,7 +54,7 @@ const bench::BenchOp& find_op(const std::string& name) {
     if (name == o.name) return o;
     names += std::string(names.empty() ? "" : ", ") + o.name;
   }
-  throw UsageError(strf("unknown benchmark op %s; the ops are: %s", quoted(name).c_str(),
+  throw UsageError(strf("unknown benchmark op %s; the ops are: %s", cli::quoted(name).c_str(),
                         names.c_str()));
 }
 
@@ -90,7 +90,7 @@ void check_op_options(const bench::BenchOp& op, const Args& args) {
         }
         if (!found)
           throw UsageError(strf("--%s: unknown preset %s; the presets are: %s", o.name,
-                                quoted(name).c_str(), names.c_str()));
+                                cli::quoted(name).c_str(), names.c_str()));
         break;
       }
     }
@@ -104,7 +104,7 @@ void check_json_path(const std::string& path) {
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   if (access(dir.c_str(), W_OK) != 0)
     throw UsageError(strf("--json %s: the directory %s does not exist or is not writable",
-                          quoted(path).c_str(), quoted(dir).c_str()));
+                          cli::quoted(path).c_str(), cli::quoted(dir).c_str()));
 }
 
 }  // namespace

@@ -21,8 +21,8 @@ Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& va
   for (size_t i = 0; i < argv.size(); ++i) {
     const std::string& a = argv[i];
     if (a.rfind("--", 0) != 0 || a.size() == 2) {
-      if (looks_like_option(a)) throw UsageError("unknown option " + quoted(a));
-      throw UsageError("unexpected argument " + quoted(a) +
+      if (looks_like_option(a)) throw UsageError("unknown option " + cli::quoted(a));
+      throw UsageError("unexpected argument " + cli::quoted(a) +
                        " (options are --name VALUE or --name=VALUE)");
     }
     std::string name = a.substr(2), value;
@@ -42,11 +42,11 @@ Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& va
         // report "cpu" as the mistake. A value that starts with "--" can be given as --name=VALUE.
         if (looks_like_option(argv[i + 1]))
           throw UsageError(strf("--%s needs a value (%s is an option, not a value)", name.c_str(),
-                                quoted(argv[i + 1]).c_str()));
+                                cli::quoted(argv[i + 1]).c_str()));
         value = argv[++i];
       }
     } else {
-      throw UsageError("unknown option " + quoted("--" + name));
+      throw UsageError("unknown option " + cli::quoted("--" + name));
     }
     if (!values_.emplace(name, value).second)
       throw UsageError(strf("--%s is given more than once", name.c_str()));
@@ -67,10 +67,10 @@ long long parse_int(const std::string& option, const std::string& text, long lon
   errno = 0;
   const long long v = ok ? std::strtoll(text.c_str(), nullptr, 10) : 0;
   if (!ok)
-    throw UsageError(strf("--%s expects an integer, got %s", option.c_str(), quoted(text).c_str()));
+    throw UsageError(strf("--%s expects an integer, got %s", option.c_str(), cli::quoted(text).c_str()));
   if (errno == ERANGE || v < lo || v > hi)
     throw UsageError(strf("--%s must be in [%lld, %lld], got %s", option.c_str(), lo, hi,
-                          quoted(text).c_str()));
+                          cli::quoted(text).c_str()));
   return v;
 }
 
@@ -87,7 +87,7 @@ std::string Args::choice(const std::string& name, const std::string& fallback,
     list += (list.empty() ? "" : ", ") + c;
   }
   throw UsageError(strf("--%s must be one of %s, got %s", name.c_str(), list.c_str(),
-                        quoted(v).c_str()));
+                        cli::quoted(v).c_str()));
 }
 
 std::vector<long long> Args::int_list(const std::string& name,

@@ -180,7 +180,7 @@ int main(int argc, char** argv) {
       if (!c || rest.size() > 1) {
         std::fprintf(stderr, "fusedmoe help: %s\n%s",
                      c ? "give one command name"
-                       : (quoted(rest[0]) + " is not a command").c_str(),
+                       : (fusedmoe::cli::quoted(rest[0]) + " is not a command").c_str(),
                      kMainUsage);
         return 2;
       }
@@ -191,6 +191,6 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (const Command* c = find_command(name)) return run_command(*c, rest);
-  std::fprintf(stderr, "fusedmoe: unknown command %s\n%s", quoted(name).c_str(), kMainUsage);
+  std::fprintf(stderr, "fusedmoe: unknown command %s\n%s", fusedmoe::cli::quoted(name).c_str(), kMainUsage);
   return 2;
 }

@@ -373,13 +373,13 @@ MoeConfig read_config(const std::string& path, const Precision* precision) {
   const bool exists = stat(path.c_str(), &st) == 0;
   const int stat_errno = errno;
   FMOE_REQUIRE(exists && !S_ISDIR(st.st_mode), "--config: cannot open config file %s (%s)",
-               quoted(path).c_str(), exists ? "it is a directory" : std::strerror(stat_errno));
+               cli::quoted(path).c_str(), exists ? "it is a directory" : std::strerror(stat_errno));
   std::ifstream in(path, std::ios::binary);
-  FMOE_REQUIRE(in.good(), "--config: cannot open config file %s", quoted(path).c_str());
+  FMOE_REQUIRE(in.good(), "--config: cannot open config file %s", cli::quoted(path).c_str());
   std::ostringstream text;
   text << in.rdbuf();
-  const bool plain = path.size() <= 200 && quoted(path) == "\"" + path + "\"";
-  return config_from_hf_json_text(text.str(), plain ? path : quoted(path), precision);
+  const bool plain = path.size() <= 200 && cli::quoted(path) == "\"" + path + "\"";
+  return config_from_hf_json_text(text.str(), plain ? path : cli::quoted(path), precision);
 }
 
 // The model: a preset or a config file, then the --precision and --top-k overrides. A preset's
@@ -409,7 +409,7 @@ MoeConfig model_from_args(const Args& args, bool projection) {
     }
     if (!found)
       throw UsageError(strf("--preset: unknown preset %s; the presets are: %s",
-                            quoted(name).c_str(), names.c_str()));
+                            cli::quoted(name).c_str(), names.c_str()));
     cfg = find_preset(name);
     if (precision) {
       cfg.weight_precision = *precision;
@@ -470,9 +470,9 @@ int run_model(const std::string& dir, int layer, int T, uint64_t seed, const std
   const double t_read = seconds_since(t0);
 
   print_header("fusedmoe run --model", cfg, T, seed);
-  std::printf("  model    : %s, layer %d\n", quoted(dir).c_str(), layer);
+  std::printf("  model    : %s, layer %d\n", cli::quoted(dir).c_str(), layer);
   if (!on_gpu) std::printf("  backend  : cpu-reference (%s)\n", why_cpu.c_str());
-  std::printf("  weights  : %s, %s; %s read in %.2f s (%s/s)\n", quoted(ck.prefix).c_str(),
+  std::printf("  weights  : %s, %s; %s read in %.2f s (%s/s)\n", cli::quoted(ck.prefix).c_str(),
               ck.format.c_str(), ProgressLine::amount(double(ck.bytes_read)).c_str(), t_read,
               ProgressLine::amount(double(ck.bytes_read) / std::max(t_read, 1e-9)).c_str());
 
@@ -483,7 +483,7 @@ int run_model(const std::string& dir, int layer, int T, uint64_t seed, const std
   const std::vector<float> bias = routing_bias(ck);
   std::printf("  inputs   : x [%d, %d] ~ U(-1, 1) in bf16 (seed %llu); router logits = x . %s^T "
               "(the layer's own router, %s, summed in double)\n", T, cfg.hidden,
-              (unsigned long long)seed, quoted(ck.router_key).c_str(),
+              (unsigned long long)seed, cli::quoted(ck.router_key).c_str(),
               dtype_name(ck.router_weight.dtype));
   std::fflush(stdout);
 
