@@ -227,6 +227,18 @@ def test_quantized_weights_from_numpy_match_torch_quantization():
     assert torch.equal(torch.from_numpy(q), qt.view(torch.uint8).cpu())
 
 
+@pytest.mark.parametrize("block", [128, 64])
+def test_torch_activation_quantizer_matches_the_library(block):
+    """torch_ref.quant_act, the torch layer's activation quantizer, gives the values of the
+    library's per-token quantizer bit for bit, on x-like and on SwiGLU-like (heavy-tailed) rows."""
+    g = torch.Generator().manual_seed(block)
+    gate, up = torch.randn(48, 384, generator=g), torch.randn(48, 384, generator=g)
+    for a in ((torch.rand(48, 384, generator=g) * 2 - 1), gate * torch.sigmoid(gate) * up):
+        q, s = fusedmoe.quantize_fp8_per_token(a.contiguous().numpy(), block)
+        want = torch.from_numpy(q).view(torch.float8_e4m3fn).float() * torch.from_numpy(s).repeat_interleave(block, 1)
+        assert torch.equal(torch_ref.quant_act(a.cuda(), block).cpu(), want)
+
+
 @pytest.mark.skipif(not fusedmoe.has_checkpoint_loader, reason="this build has no checkpoint loader")
 @pytest.mark.parametrize("family", ["qwen3_moe", "deepseek_v3", "gpt_oss"])
 def test_from_pretrained(tmp_path, family):
