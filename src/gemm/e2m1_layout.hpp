@@ -1,0 +1,95 @@
+// NVFP4 weights for the grouped GEMM engine (issue 11; W4A16: bf16 activations, bf16 wgmma with
+// the weights decoded in registers as wgmma's A operand). Host and device code, no CUDA headers:
+// the prepare step (which re-lays ModelOpt's layout into the one below), the kernels' decode, and
+// the CPU tests that check the two agree bit for bit all use these functions.
+//
+// Why this layout. With weights as wgmma's M side, an m64nNk16 bf16 wgmma with A from registers
+// takes, per thread, four bf16x2 registers: rows r0 = 16 warp + lane / 4 and r1 = r0 + 8 of the
+// warpgroup's 64, columns k = 2q, 2q + 1 and 2q + 8, 2q + 9 of the k16 step (q = lane % 4):
+//   a0 = (r0; 2q, 2q+1)  a1 = (r1; 2q, 2q+1)  a2 = (r0; 2q+8, 2q+9)  a3 = (r1; 2q+8, 2q+9)
+// Those 8 E2M1 values are one 32-bit word of the prepared layout, nibbles ordered so that each
+// register falls out of the word by one shift and one masked merge (decode below): a_p comes from
+// the word shifted left by 4p, its low element at bits 12-15 and its high element at bits 28-31.
+// A k-block is 64 K values (one bf16 activation row of 128 bytes, one 128-byte swizzle row): four
+// k16 steps, so each thread's words of a 128-row weight tile and k-block are 16 contiguous bytes
+// (one 16-byte shared-memory load, consecutive lanes consecutive: no bank conflicts).
+//
+// The block scales stay E4M3 (1 byte per 16 values, as ModelOpt stores them): per thread and k16
+// step one byte for r0 and one for r1, 8 bytes per k-block, shared by the 4 lanes of a quad.
+//
+// Exactness. The decode places an E2M1 code's exponent and mantissa bits into a bf16's lowest
+// exponent bits and top mantissa bit, which reads as value * 2^-126 (code 1, 0.5, becomes a bf16
+// subnormal); a scale converted by cvt.rn.f16x2.e4m3x2 (exact) becomes the bf16 scale * 2^100 by
+// moving its bits; their bf16 product is value * scale * 2^-26, exact (at most 5 significant bits,
+// exponents from 2^-36 to 2^11.4). The fp32 accumulators are multiplied by the global scale
+// (weight_scale_2) * 2^26 once per tile.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define FMOE_E2M1_HD __host__ __device__ __forceinline__
+#else
+#define FMOE_E2M1_HD inline
+#endif
+
+namespace fusedmoe::detail::e2m1 {
+
+constexpr int kTileRows = 128;    // rows of a weight wave (two consumer warpgroups x m64)
+constexpr int kBlockK = 64;       // K values per k-block (one bf16 activation stage)
+constexpr int kSteps = kBlockK / 16;  // k16 steps per k-block
+/// Bytes of one (128-row tile, k-block): the codes, then the scales.
+constexpr int kValueBytes = kTileRows * kBlockK / 2;        // 4096
+constexpr int kScaleBytes = (2 * 128 / 4) * 8;               // 64 lane quads x 8 bytes = 512
+constexpr int kBlockBytes = kValueBytes + kScaleBytes;      // 4608
+/// The bf16 product of a decoded value and a decoded scale is value * scale * 2^-kProductShift.
+constexpr int kProductShift = 26;
+
+static_assert(kScaleBytes == 512, "64 row quads x 8 scale bytes per k-block");
+
+// ---- where each code and scale goes ----------------------------------------------------------
+
+/// Row (0..127 of the tile) and K column (0..63 of the k-block) of nibble `n` (0..7) of word
+/// `step` (0..3) of thread `t` (0..255: consumer warpgroup t / 128, warp (t / 32) % 4, lane t % 32).
+struct Src {
+  int row, col;
+};
+FMOE_E2M1_HD Src value_source(int t, int step, int n) {
+  const int wgc = t / 128, warp = (t / 32) % 4, lane = t % 32, q = lane % 4;
+  const int r0 = 64 * wgc + 16 * warp + lane / 4;
+  // nibble -> (row r0 / r1, column offset): p = 3 - (n % 4) is the register, n / 4 the element.
+  const int p = 3 - (n % 4), elem = n / 4;
+  const int row = r0 + (p % 2 == 1 ? 8 : 0);
+  const int col = 16 * step + 2 * q + (p >= 2 ? 8 : 0) + elem;
+  return {row, col};
+}
+
+/// Byte offset, within a k-block's values, of word `step` of thread `t`.
+FMOE_E2M1_HD int value_word_offset(int t, int step) { return (t * kSteps + step) * 4; }
+
+/// Row and k16 step of scale byte `b` (0..7) of lane quad `quad` (0..63, thread_quad): the quad's
+/// rows are r0 and r0 + 8, its bytes (step 0: r0, r1), (step 1: r0, r1), ... Byte offset within a
+/// k-block's scales: 8 * quad + b.
+FMOE_E2M1_HD Src scale_source(int quad, int b) {
+  const int r0 = 16 * (quad / 8) + quad % 8;  // 64 wgc + 16 warp + lane / 4 of the quad's threads
+  return {r0 + (b % 2 == 1 ? 8 : 0), b / 2};
+}
+/// The lane quad of thread t (its 4 lanes share their rows, hence their scales).
+FMOE_E2M1_HD int thread_quad(int t) { return (t / 32) * 8 + (t % 32) / 4; }
+
+// ---- decode ----------------------------------------------------------------------------------
+
+/// Register p (0..3) of a word: bf16x2 bits whose values are the two E2M1 codes * 2^-126.
+FMOE_E2M1_HD uint32_t decode_pair(uint32_t word, int p) {
+  const uint32_t q = word << (4 * p);
+  return (q & 0x80008000u) | ((q >> 6) & 0x01C001C0u);
+}
+
+/// Two E4M3 scales, as the f16x2 that cvt.rn.f16x2.e4m3x2 gives (exact), to the bf16x2 of the
+/// scales * 2^100. The scales must be finite and non-negative (prepare checks); a zero scale
+/// becomes 2^85, harmless because prepare zeroes the codes of a block whose scale is zero.
+FMOE_E2M1_HD uint32_t scale_f16x2_to_bf16x2(uint32_t h) {
+  return ((h >> 3) & 0x0FFF0FFFu) + 0x6A006A00u;
+}
+
+}  // namespace fusedmoe::detail::e2m1
