@@ -102,7 +102,7 @@ LayerBench::LayerBench(const Context& ctx, const MoeConfig& cfg, const Options& 
 void LayerBench::add_row(Row row, const std::string& note) {
   row.shape = shape_name_;
   row.note = note;
-  set_floor(row, *ctx_.ceil, cfg_.weight_precision == Precision::bf16 ? "bf16" : "fp8");
+  set_floor(row, *ctx_.ceil, cfg_.weight_precision == Precision::fp8_block ? "fp8" : "bf16");
   print_row(row, *ctx_.ceil);
   ctx_.rows->push_back(std::move(row));
 }
@@ -243,6 +243,7 @@ Options parse_options(const cli::Args& args, const char* presets, const char* pr
   const std::string prec = args.str("precision", precisions);
   if (prec == "fp8" || prec == "both") o.precisions.push_back(Precision::fp8_block);
   if (prec == "bf16" || prec == "both") o.precisions.push_back(Precision::bf16);
+  if (prec == "nvfp4") o.precisions.push_back(Precision::nvfp4);
   const std::string mode = args.str("mode", modes);
   if (mode == "fast" || mode == "both") o.modes.push_back(ReductionMode::fast);
   if (mode == "deterministic" || mode == "both") o.modes.push_back(ReductionMode::deterministic);
@@ -256,7 +257,8 @@ void run_options(const Context& ctx, const Options& opt) {
   for (const std::string& name : opt.presets)
     for (const Precision p : opt.precisions) {
       MoeConfig cfg = find_preset(name);
-      cfg.weight_precision = cfg.activation_precision = p;
+      cfg.weight_precision = p;
+      cfg.activation_precision = p == Precision::nvfp4 ? Precision::bf16 : p;  // W4A16 on the GPU
       size_t free_bytes = 0, total = 0;
       FMOE_CUDA(cudaMemGetInfo(&free_bytes, &total));
       const double need = 2.2 * (cfg.num_experts * cli::mlp_weight_bytes(cfg, cfg.intermediate) +
@@ -288,8 +290,8 @@ const std::vector<BenchOption> kOptions = {
      "layer_all: every preset)"},
     {"tokens", "LIST", "comma-separated token counts in [1, 65536] (default 1,8,32,128,512,2048,8192)",
      Kind::int_list, {}, 1, 65536},
-    {"precision", "fp8|bf16|both", "weight and activation precision (layer: fp8, layer_all: both)",
-     Kind::choice, {"fp8", "bf16", "both"}},
+    {"precision", "fp8|bf16|both|nvfp4", "weight precision (activations: the same, bf16 for nvfp4; "
+     "layer: fp8, layer_all: both)", Kind::choice, {"fp8", "bf16", "both", "nvfp4"}},
     {"mode", "fast|deterministic|both", "reduction modes to time (default fast)", Kind::choice,
      {"fast", "deterministic", "both"}},
     {"stages", "on|off", "also time each stage alone (default on)", Kind::choice, {"on", "off"}},

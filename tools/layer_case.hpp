@@ -35,21 +35,55 @@ struct GpuLayer {
 namespace layer_case_detail {
 
 inline DType weight_dtype(const ref::WeightSet& w) {
-  return w.precision == Precision::bf16 ? DType::bf16 : DType::e4m3;
+  switch (w.precision) {
+    case Precision::bf16: return DType::bf16;
+    case Precision::fp8_block: return DType::e4m3;
+    case Precision::nvfp4: return DType::e2m1x2;
+  }
+  return DType::bf16;
 }
 
+// The matrices of `w` with `lead` leading dimensions ({E} or none), each [N, K].
 inline TensorRef upload_values(std::vector<DeviceBuffer>& bufs, const ref::WeightSet& w,
-                               std::initializer_list<int64_t> shape) {
-  FMOE_REQUIRE(w.precision != Precision::nvfp4, "the GPU layer takes fp8_block or bf16 weights");
+                               std::vector<int64_t> shape) {
+  if (w.precision == Precision::nvfp4) shape.back() /= 2;  // two e2m1 per byte
   bufs.push_back(w.precision == Precision::bf16 ? DeviceBuffer::from(w.bf16) : DeviceBuffer::from(w.q));
-  return TensorRef::contiguous(bufs.back().get(), weight_dtype(w), shape, Device::cuda);
+  TensorRef t = TensorRef::contiguous(bufs.back().get(), weight_dtype(w), {}, Device::cuda);
+  t.ndim = int(shape.size());
+  for (int d = 0; d < t.ndim; ++d) t.shape[d] = shape[size_t(d)];
+  for (int d = t.ndim - 1; d >= 0; --d) t.stride[d] = d == t.ndim - 1 ? 1 : t.stride[d + 1] * t.shape[d + 1];
+  return t;
 }
 
+// fp8: the 128x128 block scales (`fp8_shape`); nvfp4: the e4m3 block scales [lead.., N, K/16].
 inline TensorRef upload_scales(std::vector<DeviceBuffer>& bufs, const ref::WeightSet& w,
-                               std::initializer_list<int64_t> shape) {
-  if (w.precision != Precision::fp8_block) return {};
-  bufs.push_back(DeviceBuffer::from(w.scale));
-  return TensorRef::contiguous(bufs.back().get(), DType::f32, shape, Device::cuda);
+                               std::vector<int64_t> fp8_shape, std::vector<int64_t> nvfp4_shape = {}) {
+  TensorRef t;
+  if (w.precision == Precision::fp8_block) {
+    bufs.push_back(DeviceBuffer::from(w.scale));
+    t = TensorRef::contiguous(bufs.back().get(), DType::f32, {}, Device::cuda);
+  } else if (w.precision == Precision::nvfp4) {
+    bufs.push_back(DeviceBuffer::from(w.block_scale));
+    t = TensorRef::contiguous(bufs.back().get(), DType::e4m3, {}, Device::cuda);
+    fp8_shape = nvfp4_shape;
+  } else {
+    return {};
+  }
+  t.ndim = int(fp8_shape.size());
+  for (int d = 0; d < t.ndim; ++d) t.shape[d] = fp8_shape[size_t(d)];
+  for (int d = t.ndim - 1; d >= 0; --d) t.stride[d] = d == t.ndim - 1 ? 1 : t.stride[d + 1] * t.shape[d + 1];
+  return t;
+}
+
+// nvfp4: the global scales, [E, groups] ([E] for one group) or, for a shared MLP (E = 0),
+// [groups].
+inline TensorRef upload_globals(std::vector<DeviceBuffer>& bufs, const ref::WeightSet& w, int64_t E) {
+  if (w.precision != Precision::nvfp4) return {};
+  bufs.push_back(DeviceBuffer::from(w.global_scale));
+  const int64_t g = w.global_groups;
+  if (E == 0) return TensorRef::contiguous(bufs.back().get(), DType::f32, {g}, Device::cuda);
+  return g == 1 ? TensorRef::contiguous(bufs.back().get(), DType::f32, {E}, Device::cuda)
+                : TensorRef::contiguous(bufs.back().get(), DType::f32, {E, g}, Device::cuda);
 }
 
 inline TensorRef upload_f32(std::vector<DeviceBuffer>& bufs, const std::vector<float>& v,
@@ -71,9 +105,11 @@ inline GpuLayer make_gpu_layer(const ref::LayerWeights& lw, cudaStream_t stream)
   g.buffers.reserve(16);
   MoeLayerWeights w;
   w.w13 = upload_values(g.buffers, lw.w13, {E, 2 * I, H});
-  w.w13_scale = upload_scales(g.buffers, lw.w13, {E, blocks(2 * I), blocks(H)});
+  w.w13_scale = upload_scales(g.buffers, lw.w13, {E, blocks(2 * I), blocks(H)}, {E, 2 * I, H / 16});
+  w.w13_scale_2 = upload_globals(g.buffers, lw.w13, E);
   w.w2 = upload_values(g.buffers, lw.w2, {E, H, I});
-  w.w2_scale = upload_scales(g.buffers, lw.w2, {E, blocks(H), blocks(I)});
+  w.w2_scale = upload_scales(g.buffers, lw.w2, {E, blocks(H), blocks(I)}, {E, H, I / 16});
+  w.w2_scale_2 = upload_globals(g.buffers, lw.w2, E);
   if (c.expert_bias) {
     w.b13 = upload_f32(g.buffers, lw.b13, {E, 2 * I});
     w.b2 = upload_f32(g.buffers, lw.b2, {E, H});
@@ -81,9 +117,11 @@ inline GpuLayer make_gpu_layer(const ref::LayerWeights& lw, cudaStream_t stream)
   w.routing_bias = upload_f32(g.buffers, lw.route_bias, {E});
   if (c.num_shared_experts > 0) {
     w.shared_w13 = upload_values(g.buffers, lw.shared_w13, {2 * S, H});
-    w.shared_w13_scale = upload_scales(g.buffers, lw.shared_w13, {blocks(2 * S), blocks(H)});
+    w.shared_w13_scale = upload_scales(g.buffers, lw.shared_w13, {blocks(2 * S), blocks(H)}, {2 * S, H / 16});
+    w.shared_w13_scale_2 = upload_globals(g.buffers, lw.shared_w13, 0);
     w.shared_w2 = upload_values(g.buffers, lw.shared_w2, {H, S});
-    w.shared_w2_scale = upload_scales(g.buffers, lw.shared_w2, {blocks(H), blocks(S)});
+    w.shared_w2_scale = upload_scales(g.buffers, lw.shared_w2, {blocks(H), blocks(S)}, {H, S / 16});
+    w.shared_w2_scale_2 = upload_globals(g.buffers, lw.shared_w2, 0);
     if (c.shared_expert_gate) {
       std::vector<uint16_t> bits(lw.shared_gate.size());
       for (size_t i = 0; i < bits.size(); ++i) bits[i] = fmt::bf16_from_float(lw.shared_gate[i]);
@@ -157,6 +195,24 @@ inline ref::WeightSet random_weight_codes(Precision p, int E, int N, int K, uint
     }, 1 << 16);
     return w;
   }
+  if (p == Precision::nvfp4) {
+    // Random bytes (every e2m1 code), e4m3 block scales 0.5..0.94 (codes 0x30..0x3F) and one
+    // global per expert, amp / 4.5: values up to about 6 * 0.94 * global ~ amp.
+    w.q.resize(size_t(n / 2));
+    w.block_scale.resize(size_t(n / 16));
+    w.global_scale.assign(size_t(E), float(amp / (6.0 * 0.75)));
+    w.global_groups = 1;
+    detail::parallel_for(int64_t(w.q.size() + 7) / 8, [&](int64_t b, int64_t e) {
+      for (int64_t word = b; word < e; ++word) {
+        uint64_t bits = ref::hash3(seed, stream, uint64_t(word));
+        for (int j = 0; j < 8 && word * 8 + j < int64_t(w.q.size()); ++j, bits >>= 8)
+          w.q[size_t(word * 8 + j)] = uint8_t(bits);
+      }
+    }, 1 << 14);
+    for (size_t i = 0; i < w.block_scale.size(); ++i)
+      w.block_scale[i] = uint8_t(0x30 + (ref::hash3(seed, stream ^ 0x5CA1E, i) & 0xF));
+    return w;
+  }
   FMOE_REQUIRE(p == Precision::fp8_block, "random_weight_codes: %s weights are not drawn as codes",
                precision_name(p));
   w.q.resize(size_t(n));
@@ -208,6 +264,7 @@ struct LayerCost {
 inline double mlp_weight_bytes(const MoeConfig& c, int inter) {
   const double params = 3.0 * c.hidden * double(inter);
   if (c.weight_precision == Precision::bf16) return 2 * params;
+  if (c.weight_precision == Precision::nvfp4) return params / 2 + params / 16 + 4.0 * 3;  // + globals
   const double hb = std::ceil(c.hidden / 128.0);
   return params + 4 * (std::ceil(2.0 * inter / 128) * hb + hb * std::ceil(inter / 128.0));
 }

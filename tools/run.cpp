@@ -545,20 +545,23 @@ int cmd_run(const std::vector<std::string>& argv) {
   const MoeConfig cfg = model_from_args(args, projection);
   if (projection) return run_projection(cfg, T, seed, backend, mode);
 
-  // Backend: the GPU when usable and the weights are fp8 or bf16 (nvfp4 runs on the CPU
-  // reference until its GPU kernels land), else the CPU reference, saying why.
+  // Backend: the GPU when usable and the weights are fp8 or bf16, or nvfp4 with bf16
+  // activations (W4A16), else the CPU reference, saying why.
   std::string why_cpu;
   const bool have_gpu = gpu_usable(0, &why_cpu);
   const bool gpu_precision = cfg.weight_precision == Precision::fp8_block ||
-                             cfg.weight_precision == Precision::bf16;
+                             cfg.weight_precision == Precision::bf16 ||
+                             (cfg.weight_precision == Precision::nvfp4 &&
+                              cfg.activation_precision == Precision::bf16);
   FMOE_REQUIRE(backend != "gpu" || have_gpu, "--backend gpu: %s", why_cpu.c_str());
-  FMOE_REQUIRE(backend != "gpu" || gpu_precision, "--backend gpu: %s weights have no GPU kernels "
-               "yet (fp8 and bf16 do; nvfp4 runs on the CPU reference)",
-               precision_name(cfg.weight_precision));
+  FMOE_REQUIRE(backend != "gpu" || gpu_precision, "--backend gpu: %s weights with %s activations "
+               "have no GPU kernels (fp8, bf16, and nvfp4 weights with bf16 activations do)",
+               precision_name(cfg.weight_precision), precision_name(cfg.activation_precision));
   const bool on_gpu = have_gpu && gpu_precision && backend != "cpu";
   if (backend == "cpu") why_cpu = "--backend cpu";
   else if (have_gpu && !gpu_precision)
-    why_cpu = strf("%s weights have no GPU kernels yet", precision_name(cfg.weight_precision));
+    why_cpu = strf("%s weights with %s activations have no GPU kernels",
+                   precision_name(cfg.weight_precision), precision_name(cfg.activation_precision));
   const int threads = detail::host_threads();
   require_host_memory(cfg.name, T, [&](double t) { return layer_footprint(cfg, t, threads); });
   const double weight_bytes = layer_footprint(cfg, 0, threads).weights;

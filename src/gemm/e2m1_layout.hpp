@@ -92,4 +92,37 @@ FMOE_E2M1_HD uint32_t scale_f16x2_to_bf16x2(uint32_t h) {
   return ((h >> 3) & 0x0FFF0FFFu) + 0x6A006A00u;
 }
 
+#if defined(__CUDACC__)
+// ---- device: one thread's fragments of one (128-row tile, k-block) ---------------------------
+
+__device__ __forceinline__ uint32_t cvt_f16x2_e4m3x2(uint16_t two_codes) {
+  uint32_t h;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(two_codes));
+  return h;
+}
+__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+/// The A fragments of the block's four k16 steps for thread t of the two consumer warpgroups,
+/// from its words (`block` + value_word_offset(t, 0), 16 bytes) and its quad's scales
+/// (`block` + kValueBytes + 8 * thread_quad(t), 8 bytes): a[step][p] = the wgmma register p,
+/// values * scales * 2^-26 in bf16 (exact).
+__device__ __forceinline__ void decode_fragments(const uint8_t* block, int t, uint32_t (&a)[kSteps][4]) {
+  const uint4 words = *reinterpret_cast<const uint4*>(block + value_word_offset(t, 0));
+  const uint2 scales = *reinterpret_cast<const uint2*>(block + kValueBytes + 8 * thread_quad(t));
+  const uint32_t w4[kSteps] = {words.x, words.y, words.z, words.w};
+#pragma unroll
+  for (int step = 0; step < kSteps; ++step) {
+    const uint32_t sw = step < 2 ? scales.x : scales.y;
+    const uint32_t s01 = scale_f16x2_to_bf16x2(cvt_f16x2_e4m3x2(uint16_t(sw >> (16 * (step % 2)))));
+    const uint32_t s0 = __byte_perm(s01, 0, 0x1010), s1 = __byte_perm(s01, 0, 0x3232);  // (r0, r0), (r1, r1)
+#pragma unroll
+    for (int p = 0; p < 4; ++p) a[step][p] = mul_bf16x2(decode_pair(w4[step], p), p % 2 ? s1 : s0);
+  }
+}
+#endif
+
 }  // namespace fusedmoe::detail::e2m1

@@ -26,7 +26,14 @@ GemmConfigId gemm_config_by_name(const std::string& name) {
   return GemmConfigId::count;
 }
 
-const char* gemm_weights_name(GemmWeights w) { return w == GemmWeights::fp8_block ? "fp8" : "bf16"; }
+const char* gemm_weights_name(GemmWeights w) {
+  switch (w) {
+    case GemmWeights::fp8_block: return "fp8";
+    case GemmWeights::bf16: return "bf16";
+    case GemmWeights::e2m1: return "nvfp4";
+  }
+  return "?";
+}
 
 namespace {
 const char* family_name(GemmRows r, GemmEpilogue e) {

@@ -6,7 +6,9 @@
 
 namespace fusedmoe::detail {
 
-enum class GemmWeights : int { fp8_block, bf16 };
+/// fp8_block: e4m3 x fp8 activations; bf16: bf16 x bf16; e2m1: NVFP4 weights decoded in registers
+/// (src/gemm/e2m1_layout.hpp) x bf16 activations (W4A16).
+enum class GemmWeights : int { fp8_block, bf16, e2m1 };
 enum class GemmRows : int { gathered, tma };
 enum class GemmEpilogue : int { combine, swiglu };
 /// Which operand is wgmma's M side (gemm_configs.def says why).

@@ -12,10 +12,18 @@ bool launch_grouped_gemm_of(GemmConfigId id, const GroupedGemmParams& p, int num
 void launch_grouped_gemm(GemmConfigId id, const GroupedGemmParams& p, int num_sms,
                          cudaStream_t stream) {
   const GemmConfigInfo info = gemm_config_info(id);  // throws on an unknown id
-  const bool launched =
-      info.weights == GemmWeights::fp8_block
-          ? launch_grouped_gemm_of<GemmWeights::fp8_block>(id, p, num_sms, stream)
-          : launch_grouped_gemm_of<GemmWeights::bf16>(id, p, num_sms, stream);
+  bool launched = false;
+  switch (info.weights) {
+    case GemmWeights::fp8_block:
+      launched = launch_grouped_gemm_of<GemmWeights::fp8_block>(id, p, num_sms, stream);
+      break;
+    case GemmWeights::bf16:
+      launched = launch_grouped_gemm_of<GemmWeights::bf16>(id, p, num_sms, stream);
+      break;
+    case GemmWeights::e2m1:
+      launched = launch_grouped_gemm_of<GemmWeights::e2m1>(id, p, num_sms, stream);
+      break;
+  }
   FMOE_REQUIRE(launched, "grouped_gemm: config %s is not compiled into this build", info.name);
 }
 

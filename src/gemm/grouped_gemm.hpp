@@ -45,6 +45,10 @@ struct GroupedGemmParams {
                               // combine configs); 16: one per 8-row group (the swiglu configs:
                               // the layer's gate/up layout)
   int n_rows;                 // weight rows per expert in w_desc (NB * 128 for prepared layouts)
+  // e2m1 (NVFP4) weights instead of w_desc: prepared blocks [E, NB, KB] of e2m1::kBlockBytes
+  // (src/gemm/e2m1_layout.hpp), and each prepared row's global scale * 2^26, [E, NB * 128]
+  const uint8_t* w_blocks;
+  const float* row_scale;
   // ---- activations
   const uint8_t* a;           // gathered: rows of K elements, row stride lda bytes
   int64_t lda;

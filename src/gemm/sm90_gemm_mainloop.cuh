@@ -4,6 +4,8 @@
 // fp8 scales:
 //   weights fp8_block: 128 K per stage, sb[w][16] = the weight scale of each 8-row group of wave w
 //   weights bf16:       64 K per stage, no scales
+//   weights e2m1:       64 K per stage: one prepared block per wave (e2m1_layout.hpp) by one bulk
+//                       copy; the codes and their E4M3 block scales, read by plain loads
 //   rows gathered:      cp.async of 16-byte chunks from the row of each column's token
 //                       (+ sa[0][c] = its per-128 scale, fp8)
 //   rows tma:           one TMA box of BLOCK_T compact rows (+ sa[0..1][c] = per-64 scales, fp8)
@@ -19,7 +21,9 @@
 
 #include "common/ptx/sm90_ptx.cuh"
 #include "common/ptx/wgmma_bf16.cuh"
+#include "common/ptx/wgmma_bf16_rs.cuh"
 #include "common/ptx/wgmma_fp8.cuh"
+#include "gemm/e2m1_layout.hpp"
 #include "gemm/sm90_gemm_scheduler.cuh"
 
 namespace fusedmoe::detail {
@@ -33,6 +37,20 @@ struct WeightLoader {
   __device__ static void issue(const GroupedGemmParams& p, const Segment& s, int kb,
                                typename Cfg::Stage& st, uint64_t* full, int tid) {
     namespace cptx = cuda::ptx;
+    if constexpr (Cfg::kE2M1) {
+      // The prepared blocks of a tile's waves are adjacent for each k-block: [E, NB, KB] blocks.
+      if (tid == 0) {
+#pragma unroll
+        for (int w = 0; w < Cfg::kWaves; ++w) {
+          const int64_t blk = (int64_t(s.e) * p.NB + s.wb * Cfg::kWaves + w) * p.KB + kb;
+          const uint32_t bytes = e2m1::kBlockBytes;
+          cptx::cp_async_bulk(cptx::space_cluster, cptx::space_global,
+                              st.w + w * e2m1::kBlockBytes, p.w_blocks + blk * e2m1::kBlockBytes,
+                              bytes, full);
+        }
+      }
+      return;
+    }
     if (tid == 0) {
 #pragma unroll
       for (int w = 0; w < Cfg::kWaves; ++w) {
@@ -167,6 +185,9 @@ struct Mma<Cfg, true> {
   static constexpr int kCols = Cfg::BLOCK_T / 8;  // this thread's column pairs
   float part[Cfg::kAccRegs];  // (64 rows, BLOCK_T cols) for one scale block, before scaling
 
+  __device__ void finish(const GroupedGemmParams&, const Segment&,
+                         float (&)[Cfg::kWaves][Cfg::kAccRegs], int, int) {}
+
   __device__ void stage(const typename Cfg::Stage& st, float (&acc)[Cfg::kWaves][Cfg::kAccRegs],
                         int wgc, int tid, uint64_t* empty) {
     using W = ptx::WgmmaFp8<Cfg::BLOCK_T>;
@@ -245,6 +266,9 @@ struct MmaTokensM {
   static constexpr int kSteps = Cfg::BLOCK_K / 32 / Cfg::kScaleBlocks;  // k32 wgmmas per block
   float part[Cfg::kAccRegs];
 
+  __device__ void finish(const GroupedGemmParams&, const Segment&,
+                         float (&)[Cfg::kWaves][Cfg::kAccRegs], int, int) {}
+
   __device__ void stage(const typename Cfg::Stage& st, float (&acc)[Cfg::kWaves][Cfg::kAccRegs],
                         int wgc, int tid, uint64_t* empty) {
     using W = ptx::WgmmaFp8<Cfg::WAVE_W>;
@@ -294,6 +318,9 @@ struct MmaTokensM {
 // wave's wgmmas go out as one batch.
 template <class Cfg>
 struct Mma<Cfg, false> {
+  __device__ void finish(const GroupedGemmParams&, const Segment&,
+                         float (&)[Cfg::kWaves][Cfg::kAccRegs], int, int) {}
+
   __device__ void stage(const typename Cfg::Stage& st, float (&acc)[Cfg::kWaves][Cfg::kAccRegs],
                         int wgc, int tid, uint64_t* empty) {
     using W = ptx::WgmmaBf16<Cfg::BLOCK_T>;
@@ -317,6 +344,56 @@ struct Mma<Cfg, false> {
 #pragma unroll
       for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(acc[w][i]);
     cuda::ptx::mbarrier_arrive(empty);
+  }
+};
+
+// NVFP4 weights (e2m1) x bf16 activations, weights as wgmma's M side with A from registers: each
+// thread decodes its fragments of every wave's block (one 16-byte and one 8-byte shared load,
+// e2m1_layout.hpp) into bf16 values * scales * 2^-26, exact, and the wgmmas accumulate straight
+// into the running sums. A register operand must not change while its wgmma runs, so a stage's
+// fragments are all decoded before its first wgmma and the stage ends with a wait. finish()
+// multiplies each row by its global scale * 2^26 (GroupedGemmParams::row_scale).
+template <class Cfg>
+struct MmaE2M1 {
+  __device__ void stage(const typename Cfg::Stage& st, float (&acc)[Cfg::kWaves][Cfg::kAccRegs],
+                        int wgc, int tid, uint64_t* empty) {
+    using W = ptx::WgmmaBf16RegA<Cfg::BLOCK_T>;
+    const int t = 128 * wgc + tid;
+    uint32_t frag[Cfg::kWaves][e2m1::kSteps][4];  // (wave, k16 step, wgmma register)
+#pragma unroll
+    for (int w = 0; w < Cfg::kWaves; ++w) e2m1::decode_fragments(st.w + w * e2m1::kBlockBytes, t, frag[w]);
+    const uint64_t desc_a = ptx::smem_desc_k128b(st.a);  // the activations: wgmma's B
+#pragma unroll
+    for (int w = 0; w < Cfg::kWaves; ++w)
+#pragma unroll
+      for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(acc[w][i]);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int w = 0; w < Cfg::kWaves; ++w)
+#pragma unroll
+      for (int step = 0; step < e2m1::kSteps; ++step)  // k16 = 32 bytes = 2 descriptor units
+        W::mma(frag[w][step], desc_a + 2 * step, acc[w], 1);
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<0>();
+#pragma unroll
+    for (int w = 0; w < Cfg::kWaves; ++w)
+#pragma unroll
+      for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(acc[w][i]);
+    cuda::ptx::mbarrier_arrive(empty);
+  }
+
+  // Fragment: acc[w][4b + 2r + h] is row 16 warp + lane / 4 + 8 r of this warpgroup's 64 in wave w.
+  __device__ void finish(const GroupedGemmParams& p, const Segment& s,
+                         float (&acc)[Cfg::kWaves][Cfg::kAccRegs], int wgc, int tid) {
+    const int warp = tid / 32, lane = tid % 32;
+#pragma unroll
+    for (int w = 0; w < Cfg::kWaves; ++w) {
+      const int64_t row = (int64_t(s.e) * p.NB + s.wb * Cfg::kWaves + w) * 128 + 64 * wgc +
+                          16 * warp + lane / 4;
+      const float s0 = p.row_scale[row], s1 = p.row_scale[row + 8];
+#pragma unroll
+      for (int i = 0; i < Cfg::kAccRegs; ++i) acc[w][i] *= (i / 2) % 2 ? s1 : s0;
+    }
   }
 };
 

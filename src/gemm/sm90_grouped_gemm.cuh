@@ -34,7 +34,9 @@ struct GemmConfig {
   static constexpr GemmRows kRows = kRows_;
   static constexpr GemmEpilogue kEpi = kEpi_;
   static constexpr bool kFp8 = kWeights == GemmWeights::fp8_block;
-  static constexpr int kElemBytes = kFp8 ? 1 : 2;
+  // NVFP4 weights decoded in registers (e2m1_layout.hpp); activations and intermediate bf16.
+  static constexpr bool kE2M1 = kWeights == GemmWeights::e2m1;
+  static constexpr int kElemBytes = kFp8 ? 1 : 2;  // activation bytes
   static constexpr int kWaves = kWaves_;
   static constexpr int WAVE_W = 128;                // weight rows per wave (2 warpgroups x m64)
   static constexpr int BLOCK_W = WAVE_W * kWaves;   // weight rows per tile
@@ -68,12 +70,16 @@ struct GemmConfig {
   // Decode sizes (BLOCK_T <= 64) can build the schedule inside the kernel from up to this many
   // routes (their ids staged in shared memory): one launch fewer.
   static constexpr int kFusedRoutes = kBlockT <= 64 ? kMaxFusedRoutes : 0;
-  static constexpr uint32_t kWBytes = BLOCK_W * 128, kABytes = BLOCK_T * 128;
+  static constexpr uint32_t kWBytes = kE2M1 ? kWaves * e2m1::kBlockBytes : BLOCK_W * 128;
+  static constexpr uint32_t kABytes = BLOCK_T * 128;
   static constexpr uint32_t kTmaBytes = kWBytes + (kRows == GemmRows::tma ? kABytes : 0);
 
   struct alignas(1024) Stage {
-    uint8_t w[kWBytes];                            // (BLOCK_W, 128 B) weights, 128B swizzle
-    uint8_t a[kABytes];                            // (BLOCK_T, 128 B) activations, same swizzle
+    // Activations first: their size is a multiple of 1024, so both swizzled tiles stay aligned
+    // (the e2m1 weights are read by plain loads and need 16).
+    uint8_t a[kABytes];                            // (BLOCK_T, 128 B) activations, 128B swizzle
+    uint8_t w[kWBytes];                            // (BLOCK_W, 128 B) weights, same swizzle;
+                                                   // e2m1: kWaves prepared blocks
     float sa[kScaleBlocks > 0 ? kScaleBlocks : 1][BLOCK_T];  // fp8: per (scale block, column)
     float sb[kWaves][16];                          // fp8: weight scale per wave and 8-row group
   };
@@ -108,6 +114,8 @@ struct GemmConfig {
   static constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + alignment slack
 
   static_assert(BLOCK_T % 16 == 0, "wgmma N: a multiple of 16 here");
+  static_assert(!kE2M1 || (!kTokensM && BLOCK_K == e2m1::kBlockK),
+                "e2m1: weights as wgmma's M side (A from registers), 64 K per stage");
   static_assert(!kTokensM || (BLOCK_T == 128 && kFp8),
                 "tokens_m: fp8 weights and 128-token tiles (2 consumers x m64) only");
   static_assert(kABytes % 1024 == 0, "activation tile must keep stages 1024-aligned");
@@ -181,7 +189,8 @@ __device__ void consume(const GroupedGemmParams& p, typename Cfg::SharedStorage&
   namespace cptx = cuda::ptx;
   RingPos<Cfg::kStages> stage;
   RingPos<Cfg::kMetaStages> meta;
-  std::conditional_t<Cfg::kTokensM, MmaTokensM<Cfg>, Mma<Cfg>> mma;
+  std::conditional_t<Cfg::kTokensM, MmaTokensM<Cfg>,
+                     std::conditional_t<Cfg::kE2M1, MmaE2M1<Cfg>, Mma<Cfg>>> mma;
   float acc[Cfg::kWaves][Cfg::kAccRegs];  // per wave (64 rows, BLOCK_T cols): the running sums
   for (;;) {
     wait_barrier(&ss.meta_full[meta.idx], meta.phase);
@@ -208,6 +217,7 @@ __device__ void consume(const GroupedGemmParams& p, typename Cfg::SharedStorage&
       mma.stage(ss.stages[stage.idx], acc, wgc, tid, &ss.empty[stage.idx]);
       stage.advance();
     }
+    mma.finish(p, m.seg, acc, wgc, tid);  // per-row factors the k-stages left out (e2m1)
     // Each wave is stored as the 128-row tile it is (weight tile kWaves * wb + w).
 #pragma unroll
     for (int w = 0; w < Cfg::kWaves; ++w) {
@@ -265,10 +275,10 @@ grouped_gemm_kernel(const __grid_constant__ GroupedGemmParams p) {
       cptx::mbarrier_init(&ss.meta_empty[s], 128 * Cfg::kConsumerWGs);
     }
     cptx::fence_mbarrier_init(cptx::sem_release, cptx::scope_cluster);  // visible to the TMA unit
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.w_desc) : "memory");
+    if (!Cfg::kE2M1) asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.w_desc) : "memory");
     if (Cfg::kRows == GemmRows::tma) asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.a_desc) : "memory");
     // Weights never depend on the previous kernels: start pulling them in while they finish.
-    if (p.prefetch_units > 0) prefetch_expected_weights<Cfg>(p);
+    if (!Cfg::kE2M1 && p.prefetch_units > 0) prefetch_expected_weights<Cfg>(p);
   }
   __syncthreads();
   // Everything above overlapped the previous kernels; what they wrote is read below.

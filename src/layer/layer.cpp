@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <functional>
 #include <vector>
 
 #include "common/cuda_check.hpp"
@@ -12,7 +14,9 @@
 #include "common/env.hpp"
 #include "common/tensor_check.hpp"
 #include "common/tma.hpp"
+#include "common/parallel.hpp"
 #include "fusedmoe/formats.hpp"
+#include "gemm/e2m1_layout.hpp"
 #include "layer/layer_plan.hpp"
 #include "layer/prepare.hpp"
 #include "route/route.hpp"
@@ -76,6 +80,18 @@ void check_bias(const char* name, const TensorRef& t, std::initializer_list<int6
   detail::check_same_device(kOp, name, t, device);
 }
 
+// NVFP4 gate/up global scales: [E, 2] (gate, up) or [E] (one per expert); shared (E = 0): [2]
+// or [1].
+void check_global_scales(const char* name, const TensorRef& t, int E, int device) {
+  const bool two = E > 0 ? (t.ndim == 2 && t.shape[1] == 2) : (t.ndim == 1 && t.shape[0] == 2);
+  if (E > 0) {
+    if (two) check_weight(name, t, DType::f32, {E, 2}, device);
+    else check_weight(name, t, DType::f32, {E}, device);
+  } else {
+    check_weight(name, t, DType::f32, {two ? 2 : 1}, device);
+  }
+}
+
 void require_absent(const char* name, const TensorRef& t, const char* why) {
   FMOE_REQUIRE(t.data == nullptr, "%s: %s was given but %s", kOp, name, why);
 }
@@ -93,6 +109,174 @@ int64_t gate_up_source_row(int pr, int64_t i_base, int64_t n_inter, bool interle
   return up ? n_inter + i : i;
 }
 
+// Row r of a prepared GEMM 2 tile holds output row paired_output(r): in each 16, rows r < 8 are
+// outputs 2r and rows r >= 8 outputs 2(r-8)+1, so the combine adds two adjacent outputs per
+// reduction (GroupedGemmParams::paired_rows).
+int paired_output(int r) { return r / 16 * 16 + (r % 16 < 8 ? 2 * (r % 16) : 2 * (r % 16 - 8) + 1); }
+
+// One NVFP4 matrix (ModelOpt layout) on the host: codes [rows, K/2], scales [rows, K/16].
+struct Nvfp4Host {
+  const char* name;
+  std::vector<uint8_t> codes, scales;
+  int64_t K = 0;
+  uint8_t code(int64_t row, int64_t col) const {
+    const uint8_t b = codes[size_t(row * (K / 2) + col / 2)];
+    return col % 2 ? b >> 4 : b & 0xF;
+  }
+  uint8_t scale(int64_t row, int64_t col) const { return scales[size_t(row * (K / 16) + col / 16)]; }
+};
+
+Nvfp4Host nvfp4_to_host(const char* name, const TensorRef& codes, const TensorRef& scales, int64_t K,
+                        cudaStream_t stream) {
+  Nvfp4Host m{name, to_host<uint8_t>(codes, stream), to_host<uint8_t>(scales, stream), K};
+  // The decode takes finite, non-negative block scales (e2m1_layout.hpp): a NaN or negative
+  // scale is a malformed checkpoint, not something to multiply.
+  for (size_t i = 0; i < m.scales.size(); ++i) {
+    const uint8_t c = m.scales[i];
+    FMOE_REQUIRE((c & 0x80) == 0 && c != 0x7F,
+                 "%s: %s_scale holds %s block scale code 0x%02x at row %lld, column block %lld "
+                 "(NVFP4 block scales must be finite and non-negative)", kOp, name,
+                 (c & 0x7F) == 0x7F ? "the NaN" : "a negative", c,
+                 (long long)(int64_t(i) / (K / 16)), (long long)(int64_t(i) % (K / 16)));
+  }
+  return m;
+}
+
+std::vector<float> global_scales_to_host(const char* name, const TensorRef& t, cudaStream_t stream) {
+  std::vector<float> g = to_host<float>(t, stream);
+  for (size_t i = 0; i < g.size(); ++i)
+    FMOE_REQUIRE(std::isfinite(g[i]) && g[i] >= 0.0f,
+                 "%s: %s[%zu] = %g; NVFP4 global scales must be finite and non-negative", kOp, name,
+                 i, double(g[i]));
+  return g;
+}
+
+// Where prepared row `pr` of prepared expert `e` comes from: a matrix, its row, and the source
+// columns [col0, col0 + ncols) that fill prepared columns [0, ncols) (the rest is zero); row -1
+// is padding.
+struct RowSource {
+  const Nvfp4Host* m = nullptr;
+  int64_t row = -1, col0 = 0, ncols = 0;
+};
+
+// Fills the e2m1 blocks [tiles, KB] of 128 prepared rows x 64 columns (e2m1_layout.hpp), on the
+// host threads. A code whose 16-block scale is zero is stored as zero (the decode turns a zero
+// scale into a large power of two: e2m1_layout.hpp).
+std::vector<uint8_t> fill_e2m1_blocks(int64_t tiles, int KB,
+                                      const std::function<RowSource(int64_t tile, int row)>& source) {
+  using namespace detail::e2m1;
+  std::vector<uint8_t> out(size_t(tiles) * KB * kBlockBytes);
+  detail::parallel_for(tiles, [&](int64_t t0, int64_t t1) {
+    std::vector<RowSource> rows(kTileRows);
+    for (int64_t tile = t0; tile < t1; ++tile) {
+      for (int r = 0; r < kTileRows; ++r) rows[r] = source(tile, r);
+      for (int kb = 0; kb < KB; ++kb) {
+        uint8_t* blk = out.data() + (size_t(tile) * KB + kb) * kBlockBytes;
+        auto scale_at = [&](int r, int64_t col) -> uint8_t {  // col: prepared column
+          const RowSource& s = rows[r];
+          return s.row < 0 || col >= s.ncols ? 0 : s.m->scale(s.row, s.col0 + col);
+        };
+        for (int t = 0; t < 256; ++t)
+          for (int step = 0; step < kSteps; ++step) {
+            uint32_t word = 0;
+            for (int n = 0; n < 8; ++n) {
+              const Src v = value_source(t, step, n);
+              const int64_t col = int64_t(kb) * kBlockK + v.col;
+              const RowSource& s = rows[v.row];
+              const uint8_t code = scale_at(v.row, col) == 0 ? 0 : s.m->code(s.row, s.col0 + col);
+              word |= uint32_t(code) << (4 * n);
+            }
+            std::memcpy(blk + value_word_offset(t, step), &word, 4);
+          }
+        for (int quad = 0; quad < 64; ++quad)
+          for (int b = 0; b < 8; ++b) {
+            const Src sc = scale_source(quad, b);
+            blk[kValueBytes + 8 * quad + b] = scale_at(sc.row, int64_t(kb) * kBlockK + 16 * sc.col);
+          }
+      }
+    }
+  });
+  return out;
+}
+
+// NVFP4 weights: read to the host, checked, re-laid into e2m1 blocks in the prepared row orders
+// of the bf16/fp8 paths (GEMM 1: 8-row gate/up pairs, shared chunks appended; GEMM 2: paired
+// output rows), and each prepared row's global scale * 2^26 (the decode's product carries 2^-26).
+// NOTE: on the host (seconds for a DeepSeek-V3 layer); a device re-layout kernel is the next step.
+void prepare_nvfp4_weights(MoeLayer::Impl& L, const MoeLayerWeights& w, bool interleaved,
+                           cudaStream_t stream) {
+  const int E = L.E, H = L.H, I = L.I, S = L.S;
+  const float unit = std::ldexp(1.0f, detail::e2m1::kProductShift);
+  const Nvfp4Host w13 = nvfp4_to_host("w13", w.w13, w.w13_scale, H, stream);
+  const Nvfp4Host w2 = nvfp4_to_host("w2", w.w2, w.w2_scale, I, stream);
+  const std::vector<float> g13 = global_scales_to_host("w13_scale_2", w.w13_scale_2, stream);
+  const std::vector<float> g2 = global_scales_to_host("w2_scale_2", w.w2_scale_2, stream);
+  const int g13_per = int(g13.size()) / E;  // 2: gate, up; 1: one per expert
+  Nvfp4Host sw13, sw2;
+  sw13.name = "shared_w13";
+  sw2.name = "shared_w2";
+  std::vector<float> sg13, sg2;
+  if (L.C > 0) {
+    sw13 = nvfp4_to_host("shared_w13", w.shared_w13, w.shared_w13_scale, H, stream);
+    sw2 = nvfp4_to_host("shared_w2", w.shared_w2, w.shared_w2_scale, S, stream);
+    sg13 = global_scales_to_host("shared_w13_scale_2", w.shared_w13_scale_2, stream);
+    sg2 = global_scales_to_host("shared_w2_scale_2", w.shared_w2_scale_2, stream);
+  }
+  const int rows1 = L.NT1 * 128, rows2 = L.NB2 * 128;
+  const int KB1 = int(cdiv(H, detail::e2m1::kBlockK)), KB2 = L.I_pad / detail::e2m1::kBlockK;
+
+  // GEMM 1: prepared expert e < E is expert e; e >= E is shared chunk e - E.
+  auto src1 = [&](int64_t tile, int r) {
+    const int e = int(tile / L.NT1), pr = int(tile % L.NT1) * 128 + r;
+    const bool shared = e >= E;
+    const int64_t n_inter = shared ? S : I, i_base = shared ? int64_t(e - E) * L.I_pad : 0;
+    const int64_t src = gate_up_source_row(pr, i_base, n_inter, interleaved);
+    RowSource s;
+    if (src < 0) return s;
+    s.m = shared ? &sw13 : &w13;
+    s.row = shared ? src : int64_t(e) * 2 * I + src;
+    s.ncols = H;
+    return s;
+  };
+  std::vector<float> rs1(size_t(L.E_total) * rows1, 0.0f);
+  for (int e = 0; e < L.E_total; ++e)
+    for (int pr = 0; pr < rows1; ++pr) {
+      const bool shared = e >= E;
+      const int64_t n_inter = shared ? S : I, i_base = shared ? int64_t(e - E) * L.I_pad : 0;
+      const int64_t src = gate_up_source_row(pr, i_base, n_inter, interleaved);
+      if (src < 0) continue;
+      const int up = interleaved ? int(src % 2) : int(src >= n_inter);
+      const float g = shared ? sg13[sg13.size() == 2 ? up : 0] : g13[size_t(e) * g13_per + (g13_per == 2 ? up : 0)];
+      rs1[size_t(e) * rows1 + pr] = g * unit;
+    }
+  L.w13 = DeviceBuffer::from(fill_e2m1_blocks(int64_t(L.E_total) * L.NT1, KB1, src1));
+  L.w13_row_scale = DeviceBuffer::from(rs1);
+
+  // GEMM 2: rows paired; shared chunk c takes the shared MLP's columns [c I_pad, (c+1) I_pad).
+  auto src2 = [&](int64_t tile, int r) {
+    const int e = int(tile / L.NB2), pr = int(tile % L.NB2) * 128 + r;
+    RowSource s;
+    if (pr >= H) return s;
+    const int out = paired_output(pr);
+    if (e < E) {
+      s.m = &w2;
+      s.row = int64_t(e) * H + out;
+      s.ncols = I;
+    } else {
+      s.m = &sw2;
+      s.row = out;
+      s.col0 = int64_t(e - E) * L.I_pad;
+      s.ncols = std::min<int64_t>(L.I_pad, S - s.col0);
+    }
+    return s;
+  };
+  std::vector<float> rs2(size_t(L.E_total) * rows2, 0.0f);
+  for (int e = 0; e < L.E_total; ++e)
+    for (int pr = 0; pr < H; ++pr) rs2[size_t(e) * rows2 + pr] = (e < E ? g2[size_t(e)] : sg2[0]) * unit;
+  L.w2 = DeviceBuffer::from(fill_e2m1_blocks(int64_t(L.E_total) * L.NB2, KB2, src2));
+  L.w2_row_scale = DeviceBuffer::from(rs2);
+}
+
 }  // namespace
 
 // ================================================================================================
@@ -105,13 +289,19 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeLayerWeights& w, Stream stream
   Impl& L = *impl_;
   cfg.validate();
   L.cfg = cfg;
-  FMOE_REQUIRE(cfg.weight_precision == Precision::fp8_block || cfg.weight_precision == Precision::bf16,
-               "%s: %s weights have no GPU kernels yet (the CPU reference runs them); the GPU "
-               "layer takes fp8_block or bf16", kOp, precision_name(cfg.weight_precision));
-  FMOE_REQUIRE(cfg.activation_precision == cfg.weight_precision,
-               "%s: activations must be in the weights' precision on the GPU (%s weights, %s "
-               "activations)", kOp, precision_name(cfg.weight_precision),
-               precision_name(cfg.activation_precision));
+  L.nvfp4 = cfg.weight_precision == Precision::nvfp4;
+  if (L.nvfp4) {
+    // Hopper has no FP4 tensor cores: the weights are decoded to bf16 in registers (W4A16).
+    FMOE_REQUIRE(cfg.activation_precision == Precision::bf16,
+                 "%s: the GPU layer runs NVFP4 weights with bf16 activations (W4A16); the config "
+                 "has %s activations (set activation_precision to bf16)", kOp,
+                 precision_name(cfg.activation_precision));
+  } else {
+    FMOE_REQUIRE(cfg.activation_precision == cfg.weight_precision,
+                 "%s: activations must be in the weights' precision on the GPU (%s weights, %s "
+                 "activations)", kOp, precision_name(cfg.weight_precision),
+                 precision_name(cfg.activation_precision));
+  }
   L.fp8 = cfg.weight_precision == Precision::fp8_block;
   L.E = cfg.num_experts;
   L.k = cfg.top_k;
@@ -147,13 +337,25 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeLayerWeights& w, Stream stream
   FMOE_CUDA(cudaGetDevice(&L.device));
   const DeviceState& ds = current_device_state(kOp, w.w13.device_index);
   (void)ds;
-  const DType wt = L.fp8 ? DType::e4m3 : DType::bf16;
+  const DType wt = L.fp8 ? DType::e4m3 : L.nvfp4 ? DType::e2m1x2 : DType::bf16;
   const int eb = L.fp8 ? 1 : 2;
   const int E = L.E, H = L.H, I = L.I, S = L.S;
   const int64_t KBh = cdiv(H, 128);
-  check_weight("w13", w.w13, wt, {E, 2 * I, H}, L.device);
-  check_weight("w2", w.w2, wt, {E, H, I}, L.device);
-  if (L.fp8) {
+  const int vd = L.nvfp4 ? 2 : 1;  // elements per stored byte unit of the last dimension
+  check_weight("w13", w.w13, wt, {E, 2 * I, H / vd}, L.device);
+  check_weight("w2", w.w2, wt, {E, H, I / vd}, L.device);
+  if (!L.nvfp4) {
+    for (auto [name, t] : {std::pair{"w13_scale_2", &w.w13_scale_2}, {"w2_scale_2", &w.w2_scale_2},
+                           {"shared_w13_scale_2", &w.shared_w13_scale_2},
+                           {"shared_w2_scale_2", &w.shared_w2_scale_2}})
+      require_absent(name, *t, "only NVFP4 weights have global scales");
+  }
+  if (L.nvfp4) {
+    check_weight("w13_scale", w.w13_scale, DType::e4m3, {E, 2 * I, H / 16}, L.device);
+    check_weight("w2_scale", w.w2_scale, DType::e4m3, {E, H, I / 16}, L.device);
+    check_global_scales("w13_scale_2", w.w13_scale_2, E, L.device);
+    check_weight("w2_scale_2", w.w2_scale_2, DType::f32, {E}, L.device);
+  } else if (L.fp8) {
     check_weight("w13_scale", w.w13_scale, DType::f32, {E, cdiv(2 * I, 128), KBh}, L.device);
     check_weight("w2_scale", w.w2_scale, DType::f32, {E, cdiv(H, 128), cdiv(I, 128)}, L.device);
   } else {
@@ -173,9 +375,14 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeLayerWeights& w, Stream stream
     require_absent("routing_bias", w.routing_bias, "the routing function uses no bias");
   }
   if (L.S > 0) {
-    check_weight("shared_w13", w.shared_w13, wt, {2 * S, H}, L.device);
-    check_weight("shared_w2", w.shared_w2, wt, {H, S}, L.device);
-    if (L.fp8) {
+    check_weight("shared_w13", w.shared_w13, wt, {2 * S, H / vd}, L.device);
+    check_weight("shared_w2", w.shared_w2, wt, {H, S / vd}, L.device);
+    if (L.nvfp4) {
+      check_weight("shared_w13_scale", w.shared_w13_scale, DType::e4m3, {2 * S, H / 16}, L.device);
+      check_weight("shared_w2_scale", w.shared_w2_scale, DType::e4m3, {H, S / 16}, L.device);
+      check_global_scales("shared_w13_scale_2", w.shared_w13_scale_2, 0, L.device);
+      check_weight("shared_w2_scale_2", w.shared_w2_scale_2, DType::f32, {1}, L.device);
+    } else if (L.fp8) {
       check_weight("shared_w13_scale", w.shared_w13_scale, DType::f32, {cdiv(2 * S, 128), KBh}, L.device);
       check_weight("shared_w2_scale", w.shared_w2_scale, DType::f32, {cdiv(H, 128), cdiv(S, 128)}, L.device);
     }
@@ -194,131 +401,142 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeLayerWeights& w, Stream stream
     require_absent("shared_gate", w.shared_gate, "the config has no shared_expert_gate");
   }
 
-  // ---- GEMM 1 weights: 8-row gate/up pairs, padded to NT1 tiles, shared chunks appended ----
-  const int rows1 = L.NT1 * 128;
-  const int64_t row1_bytes = int64_t(H) * eb;
-  L.w13.resize(size_t(L.E_total) * rows1 * row1_bytes);
-  L.w2.resize(size_t(L.E_total) * H * L.I_pad * eb);
-  auto gather = [&](DeviceBuffer& dst, int64_t dst_row0, int64_t dst_row_bytes, const void* src,
-                    const std::vector<int64_t>& offs, const std::vector<int32_t>& bytes) {
-    const DeviceBuffer d_offs = DeviceBuffer::from(offs), d_bytes = DeviceBuffer::from(bytes);
-    GatherRowsParams gp{dst.get<uint8_t>() + dst_row0 * dst_row_bytes, dst_row_bytes,
-                        static_cast<const uint8_t*>(src), d_offs.get<int64_t>(),
-                        d_bytes.get<int32_t>(), int64_t(offs.size())};
-    launch_gather_rows(gp, stream);
-    FMOE_CUDA(cudaStreamSynchronize(stream));  // before the index buffers are freed
-  };
-  {
-    std::vector<int64_t> offs(size_t(E) * rows1);
-    std::vector<int32_t> bytes(offs.size());
-    for (int e = 0; e < E; ++e)
-      for (int pr = 0; pr < rows1; ++pr) {
-        const int64_t src = gate_up_source_row(pr, 0, I, interleaved);
-        offs[size_t(e) * rows1 + pr] = src < 0 ? 0 : (int64_t(e) * 2 * I + src) * row1_bytes;
-        bytes[size_t(e) * rows1 + pr] = src < 0 ? 0 : int32_t(row1_bytes);
-      }
-    gather(L.w13, 0, row1_bytes, w.w13.data, offs, bytes);
-  }
-  if (L.C > 0) {
-    std::vector<int64_t> offs(size_t(L.C) * rows1);
-    std::vector<int32_t> bytes(offs.size());
-    for (int c = 0; c < L.C; ++c)
-      for (int pr = 0; pr < rows1; ++pr) {
-        // Chunk c holds the shared MLP's intermediate indices [c*I_pad, (c+1)*I_pad).
-        const int64_t i0 = int64_t(c) * L.I_pad;
-        const int64_t src = gate_up_source_row(pr, i0, S, interleaved);
-        offs[size_t(c) * rows1 + pr] = src < 0 ? 0 : src * row1_bytes;
-        bytes[size_t(c) * rows1 + pr] = src < 0 ? 0 : int32_t(row1_bytes);
-      }
-    gather(L.w13, int64_t(E) * rows1, row1_bytes, w.shared_w13.data, offs, bytes);
-  }
-  // ---- GEMM 2 weights: [E_total, H, I_pad], zero columns past I (or past S for the last chunk),
-  // rows paired: in each 16, rows r < 8 are outputs 2r and rows r >= 8 outputs 2(r-8)+1, so the
-  // combine adds two adjacent outputs per reduction (paired_rows; scales stay per 128 rows) ----
-  const int64_t row2_bytes = int64_t(L.I_pad) * eb;
-  auto paired_output = [](int r) { return r / 16 * 16 + (r % 16 < 8 ? 2 * (r % 16) : 2 * (r % 16 - 8) + 1); };
-  {
-    std::vector<int64_t> offs(size_t(E) * H);
-    std::vector<int32_t> bytes(offs.size(), int32_t(int64_t(I) * eb));
-    for (int e = 0; e < E; ++e)
-      for (int r = 0; r < H; ++r)
-        offs[size_t(e) * H + r] = (int64_t(e) * H + paired_output(r)) * I * eb;
-    gather(L.w2, 0, row2_bytes, w.w2.data, offs, bytes);
-  }
-  if (L.C > 0) {
-    std::vector<int64_t> offs(size_t(L.C) * H);
-    std::vector<int32_t> bytes(offs.size());
-    for (int c = 0; c < L.C; ++c)
-      for (int r = 0; r < H; ++r) {
-        const int64_t col0 = int64_t(c) * L.I_pad, cols = std::min<int64_t>(L.I_pad, S - col0);
-        offs[size_t(c) * H + r] = (int64_t(paired_output(r)) * S + col0) * eb;
-        bytes[size_t(c) * H + r] = int32_t(std::max<int64_t>(cols, 0) * eb);
-      }
-    gather(L.w2, int64_t(E) * H, row2_bytes, w.shared_w2.data, offs, bytes);
-  }
-  // ---- scales (fp8): one per 8-row group for GEMM 1, DeepSeek's per 128x128 block for GEMM 2 --
-  if (L.fp8) {
-    const std::vector<float> s13 = to_host<float>(w.w13_scale, stream);
-    const std::vector<float> s2 = to_host<float>(w.w2_scale, stream);
-    std::vector<float> sh13, sh2;
+  if (L.nvfp4) {
+    prepare_nvfp4_weights(L, w, interleaved, stream);
+  } else {
+    // ---- GEMM 1 weights: 8-row gate/up pairs, padded to NT1 tiles, shared chunks appended ----
+    const int rows1 = L.NT1 * 128;
+    const int64_t row1_bytes = int64_t(H) * eb;
+    L.w13.resize(size_t(L.E_total) * rows1 * row1_bytes);
+    L.w2.resize(size_t(L.E_total) * H * L.I_pad * eb);
+    auto gather = [&](DeviceBuffer& dst, int64_t dst_row0, int64_t dst_row_bytes, const void* src,
+                      const std::vector<int64_t>& offs, const std::vector<int32_t>& bytes) {
+      const DeviceBuffer d_offs = DeviceBuffer::from(offs), d_bytes = DeviceBuffer::from(bytes);
+      GatherRowsParams gp{dst.get<uint8_t>() + dst_row0 * dst_row_bytes, dst_row_bytes,
+                          static_cast<const uint8_t*>(src), d_offs.get<int64_t>(),
+                          d_bytes.get<int32_t>(), int64_t(offs.size())};
+      launch_gather_rows(gp, stream);
+      FMOE_CUDA(cudaStreamSynchronize(stream));  // before the index buffers are freed
+    };
+    {
+      std::vector<int64_t> offs(size_t(E) * rows1);
+      std::vector<int32_t> bytes(offs.size());
+      for (int e = 0; e < E; ++e)
+        for (int pr = 0; pr < rows1; ++pr) {
+          const int64_t src = gate_up_source_row(pr, 0, I, interleaved);
+          offs[size_t(e) * rows1 + pr] = src < 0 ? 0 : (int64_t(e) * 2 * I + src) * row1_bytes;
+          bytes[size_t(e) * rows1 + pr] = src < 0 ? 0 : int32_t(row1_bytes);
+        }
+      gather(L.w13, 0, row1_bytes, w.w13.data, offs, bytes);
+    }
     if (L.C > 0) {
-      sh13 = to_host<float>(w.shared_w13_scale, stream);
-      sh2 = to_host<float>(w.shared_w2_scale, stream);
-    }
-    std::vector<float> p13(size_t(L.E_total) * L.NT1 * KBh * 16, 0.0f);
-    std::vector<char> real13(p13.size(), 0);  // the group has rows of the checkpoint
-    for (int e = 0; e < L.E_total; ++e) {
-      const bool shared = e >= E;
-      const int64_t n_inter = shared ? S : I, i_base = shared ? int64_t(e - E) * L.I_pad : 0;
-      const int64_t blocks_per_row = KBh;
-      for (int t = 0; t < L.NT1; ++t)
-        for (int g2 = 0; g2 < 16; ++g2) {
-          // Group g2 = 2 g + half: rows 16 g + 8 half .. + 7 of tile t.
-          const int pr = t * 128 + 16 * (g2 / 2) + 8 * (g2 % 2);
-          const int64_t src = gate_up_source_row(pr, i_base, n_inter, interleaved);
-          for (int64_t kb = 0; kb < KBh; ++kb) {
-            float v = 0.0f;
-            if (src >= 0) {
-              const int64_t blk_row = src / 128;
-              v = shared ? sh13[size_t(blk_row * blocks_per_row + kb)]
-                         : s13[size_t((int64_t(e) * cdiv(2 * I, 128) + blk_row) * blocks_per_row + kb)];
-            }
-            p13[size_t(((int64_t(e) * L.NT1 + t) * KBh + kb) * 16 + g2)] = v;
-            real13[size_t(((int64_t(e) * L.NT1 + t) * KBh + kb) * 16 + g2)] = src >= 0;
-          }
+      std::vector<int64_t> offs(size_t(L.C) * rows1);
+      std::vector<int32_t> bytes(offs.size());
+      for (int c = 0; c < L.C; ++c)
+        for (int pr = 0; pr < rows1; ++pr) {
+          // Chunk c holds the shared MLP's intermediate indices [c*I_pad, (c+1)*I_pad).
+          const int64_t i0 = int64_t(c) * L.I_pad;
+          const int64_t src = gate_up_source_row(pr, i0, S, interleaved);
+          offs[size_t(c) * rows1 + pr] = src < 0 ? 0 : src * row1_bytes;
+          bytes[size_t(c) * rows1 + pr] = src < 0 ? 0 : int32_t(row1_bytes);
         }
+      gather(L.w13, int64_t(E) * rows1, row1_bytes, w.shared_w13.data, offs, bytes);
     }
-    // Two scales per tile and k-block (one for the gate half, one for the up half; true whenever
-    // I is a multiple of 64, as a 64-aligned run of rows never crosses a 128-row scale block)?
-    // Then padding groups (zero rows) take their half's scale, so groups 0 and 1 hold the two.
-    L.w13_two_scales = true;
-    for (size_t base = 0; base < p13.size(); base += 16)
-      for (int half = 0; half < 2; ++half) {
-        int first = -1;
-        for (int g2 = half; g2 < 16; g2 += 2)
-          if (real13[base + g2]) {
-            if (first < 0) first = g2;
-            else if (p13[base + g2] != p13[base + first]) L.w13_two_scales = false;
-          }
-        if (first >= 0 && L.w13_two_scales)
-          for (int g2 = half; g2 < 16; g2 += 2)
-            if (!real13[base + g2]) p13[base + g2] = p13[base + first];
+    // ---- GEMM 2 weights: [E_total, H, I_pad], zero columns past I (or past S for the last chunk),
+    // rows paired: in each 16, rows r < 8 are outputs 2r and rows r >= 8 outputs 2(r-8)+1, so the
+    // combine adds two adjacent outputs per reduction (paired_rows; scales stay per 128 rows) ----
+    const int64_t row2_bytes = int64_t(L.I_pad) * eb;
+    {
+      std::vector<int64_t> offs(size_t(E) * H);
+      std::vector<int32_t> bytes(offs.size(), int32_t(int64_t(I) * eb));
+      for (int e = 0; e < E; ++e)
+        for (int r = 0; r < H; ++r)
+          offs[size_t(e) * H + r] = (int64_t(e) * H + paired_output(r)) * I * eb;
+      gather(L.w2, 0, row2_bytes, w.w2.data, offs, bytes);
+    }
+    if (L.C > 0) {
+      std::vector<int64_t> offs(size_t(L.C) * H);
+      std::vector<int32_t> bytes(offs.size());
+      for (int c = 0; c < L.C; ++c)
+        for (int r = 0; r < H; ++r) {
+          const int64_t col0 = int64_t(c) * L.I_pad, cols = std::min<int64_t>(L.I_pad, S - col0);
+          offs[size_t(c) * H + r] = (int64_t(paired_output(r)) * S + col0) * eb;
+          bytes[size_t(c) * H + r] = int32_t(std::max<int64_t>(cols, 0) * eb);
+        }
+      gather(L.w2, int64_t(E) * H, row2_bytes, w.shared_w2.data, offs, bytes);
+    }
+    // ---- scales (fp8): one per 8-row group for GEMM 1, DeepSeek's per 128x128 block for GEMM 2 --
+    if (L.fp8) {
+      const std::vector<float> s13 = to_host<float>(w.w13_scale, stream);
+      const std::vector<float> s2 = to_host<float>(w.w2_scale, stream);
+      std::vector<float> sh13, sh2;
+      if (L.C > 0) {
+        sh13 = to_host<float>(w.shared_w13_scale, stream);
+        sh2 = to_host<float>(w.shared_w2_scale, stream);
       }
-    L.w13_scale = DeviceBuffer::from(p13);
-    const int64_t KB2 = cdiv(L.I_pad, 128), KB2s = cdiv(S, 128);
-    std::vector<float> p2(size_t(L.E_total) * L.NB2 * KB2, 0.0f);
-    std::copy(s2.begin(), s2.end(), p2.begin());  // routed: [E, NB2, ceil(I/128)] = KB2 columns
-    for (int c = 0; c < L.C; ++c)
-      for (int nb = 0; nb < L.NB2; ++nb)
-        for (int64_t kb = 0; kb < KB2; ++kb) {
-          const int64_t src_kb = int64_t(c) * L.I_pad / 128 + kb;  // I_pad % 128 == 0 when C > 1
-          if (src_kb < KB2s)
-            p2[size_t(((int64_t(E) + c) * L.NB2 + nb) * KB2 + kb)] = sh2[size_t(nb * KB2s + src_kb)];
+      std::vector<float> p13(size_t(L.E_total) * L.NT1 * KBh * 16, 0.0f);
+      std::vector<char> real13(p13.size(), 0);  // the group has rows of the checkpoint
+      for (int e = 0; e < L.E_total; ++e) {
+        const bool shared = e >= E;
+        const int64_t n_inter = shared ? S : I, i_base = shared ? int64_t(e - E) * L.I_pad : 0;
+        const int64_t blocks_per_row = KBh;
+        for (int t = 0; t < L.NT1; ++t)
+          for (int g2 = 0; g2 < 16; ++g2) {
+            // Group g2 = 2 g + half: rows 16 g + 8 half .. + 7 of tile t.
+            const int pr = t * 128 + 16 * (g2 / 2) + 8 * (g2 % 2);
+            const int64_t src = gate_up_source_row(pr, i_base, n_inter, interleaved);
+            for (int64_t kb = 0; kb < KBh; ++kb) {
+              float v = 0.0f;
+              if (src >= 0) {
+                const int64_t blk_row = src / 128;
+                v = shared ? sh13[size_t(blk_row * blocks_per_row + kb)]
+                           : s13[size_t((int64_t(e) * cdiv(2 * I, 128) + blk_row) * blocks_per_row + kb)];
+              }
+              p13[size_t(((int64_t(e) * L.NT1 + t) * KBh + kb) * 16 + g2)] = v;
+              real13[size_t(((int64_t(e) * L.NT1 + t) * KBh + kb) * 16 + g2)] = src >= 0;
+            }
+          }
+      }
+      // Two scales per tile and k-block (one for the gate half, one for the up half; true whenever
+      // I is a multiple of 64, as a 64-aligned run of rows never crosses a 128-row scale block)?
+      // Then padding groups (zero rows) take their half's scale, so groups 0 and 1 hold the two.
+      L.w13_two_scales = true;
+      for (size_t base = 0; base < p13.size(); base += 16)
+        for (int half = 0; half < 2; ++half) {
+          int first = -1;
+          for (int g2 = half; g2 < 16; g2 += 2)
+            if (real13[base + g2]) {
+              if (first < 0) first = g2;
+              else if (p13[base + g2] != p13[base + first]) L.w13_two_scales = false;
+            }
+          if (first >= 0 && L.w13_two_scales)
+            for (int g2 = half; g2 < 16; g2 += 2)
+              if (!real13[base + g2]) p13[base + g2] = p13[base + first];
         }
-    L.w2_scale = DeviceBuffer::from(p2);
+      L.w13_scale = DeviceBuffer::from(p13);
+      const int64_t KB2 = cdiv(L.I_pad, 128), KB2s = cdiv(S, 128);
+      std::vector<float> p2(size_t(L.E_total) * L.NB2 * KB2, 0.0f);
+      std::copy(s2.begin(), s2.end(), p2.begin());  // routed: [E, NB2, ceil(I/128)] = KB2 columns
+      for (int c = 0; c < L.C; ++c)
+        for (int nb = 0; nb < L.NB2; ++nb)
+          for (int64_t kb = 0; kb < KB2; ++kb) {
+            const int64_t src_kb = int64_t(c) * L.I_pad / 128 + kb;  // I_pad % 128 == 0 when C > 1
+            if (src_kb < KB2s)
+              p2[size_t(((int64_t(E) + c) * L.NB2 + nb) * KB2 + kb)] = sh2[size_t(nb * KB2s + src_kb)];
+          }
+      L.w2_scale = DeviceBuffer::from(p2);
+    }
+    const CUtensorMapDataType tma_t = L.fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    L.w13_desc = make_tma_2d("MoeLayer: w13", L.w13.get(), tma_t, eb, uint64_t(L.E_total) * rows1,
+                             uint64_t(H), uint64_t(row1_bytes), 128, 128 / eb,
+                             CU_TENSOR_MAP_SWIZZLE_128B);
+    L.w2_desc = make_tma_2d("MoeLayer: w2", L.w2.get(), tma_t, eb, uint64_t(L.E_total) * H,
+                            uint64_t(L.I_pad), uint64_t(row2_bytes), 128, 128 / eb,
+                            CU_TENSOR_MAP_SWIZZLE_128B);
   }
   // ---- biases, routing bias, shared gate ----
   if (cfg.expert_bias) {
+    const int rows1 = L.NT1 * 128;
     const std::vector<float> b13 = bias_to_host(w.b13, stream), b2 = bias_to_host(w.b2, stream);
     std::vector<float> p13(size_t(L.E_total) * rows1, 0.0f), p2(size_t(L.E_total) * H, 0.0f);
     for (int e = 0; e < E; ++e)
@@ -333,13 +551,6 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeLayerWeights& w, Stream stream
   if (w.routing_bias.data) L.routing_bias = DeviceBuffer::from(to_host<float>(w.routing_bias, stream));
   if (cfg.shared_expert_gate) L.shared_gate = DeviceBuffer::from(to_host<uint16_t>(w.shared_gate, stream));
 
-  const CUtensorMapDataType tma_t = L.fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  L.w13_desc = make_tma_2d("MoeLayer: w13", L.w13.get(), tma_t, eb, uint64_t(L.E_total) * rows1,
-                           uint64_t(H), uint64_t(row1_bytes), 128, 128 / eb,
-                           CU_TENSOR_MAP_SWIZZLE_128B);
-  L.w2_desc = make_tma_2d("MoeLayer: w2", L.w2.get(), tma_t, eb, uint64_t(L.E_total) * H,
-                          uint64_t(L.I_pad), uint64_t(row2_bytes), 128, 128 / eb,
-                          CU_TENSOR_MAP_SWIZZLE_128B);
   FMOE_CUDA(cudaStreamSynchronize(stream));
 }
 
@@ -351,7 +562,8 @@ const MoeConfig& MoeLayer::config() const { return impl_->cfg; }
 
 size_t MoeLayer::prepared_bytes() const {
   const Impl& L = *impl_;
-  return L.w13.bytes() + L.w13_scale.bytes() + L.w2.bytes() + L.w2_scale.bytes() + L.b13.bytes() +
+  return L.w13.bytes() + L.w13_scale.bytes() + L.w2.bytes() + L.w2_scale.bytes() +
+         L.w13_row_scale.bytes() + L.w2_row_scale.bytes() + L.b13.bytes() +
          L.b2.bytes() + L.routing_bias.bytes() + L.shared_gate.bytes();
 }
 
@@ -495,7 +707,7 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   plan.num_sms = ds.sms;
   const bool det = a.mode == ReductionMode::deterministic;
   const int eb = L.fp8 ? 1 : 2;
-  const GemmWeights gw = L.fp8 ? GemmWeights::fp8_block : GemmWeights::bf16;
+  const GemmWeights gw = L.fp8 ? GemmWeights::fp8_block : L.nvfp4 ? GemmWeights::e2m1 : GemmWeights::bf16;
 
   // ---- configs: one token-tile width for both GEMMs (they share the schedule's table) ----
   const GemmFamily up_fam{gw, GemmRows::gathered, GemmEpilogue::swiglu};
@@ -586,6 +798,8 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   fill_gemm_common(g1, L, ws, T, plan.fused_schedule, static_tiles);
   g1.w_desc = L.w13_desc;
   g1.w_scale = L.w13_scale.get<float>();
+  g1.w_blocks = L.nvfp4 ? L.w13.get<uint8_t>() : nullptr;
+  g1.row_scale = L.w13_row_scale.get<float>();
   g1.sb_groups = 16;
   g1.n_rows = L.NT1 * 128;
   if (L.fp8 || L.on_input) {
@@ -619,6 +833,8 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   fill_gemm_common(g2, L, ws, T, plan.fused_schedule, static_tiles);
   g2.w_desc = L.w2_desc;
   g2.w_scale = L.w2_scale.get<float>();
+  g2.w_blocks = L.nvfp4 ? L.w2.get<uint8_t>() : nullptr;
+  g2.row_scale = L.w2_row_scale.get<float>();
   g2.sb_groups = 1;
   g2.n_rows = H;
   g2.a_desc = make_tma_2d("MoeLayer: intermediate", ws.h,

@@ -12,17 +12,6 @@ namespace {
 
 using namespace fusedmoe::detail;
 
-__device__ __forceinline__ uint32_t cvt_f16x2_e4m3x2(uint16_t two_codes) {
-  uint32_t h;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(two_codes));
-  return h;
-}
-__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-
 __global__ void __launch_bounds__(256) e2m1_block_mma_kernel(const uint8_t* block, const uint16_t* x,
                                                              float* out) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -37,18 +26,8 @@ __global__ void __launch_bounds__(256) e2m1_block_mma_kernel(const uint8_t* bloc
   __syncthreads();
   cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // generic writes, wgmma (async) reads
 
-  const uint4 words = *reinterpret_cast<const uint4*>(s_block + e2m1::value_word_offset(t, 0));
-  const uint2 scales = *reinterpret_cast<const uint2*>(s_block + e2m1::kValueBytes + 8 * e2m1::thread_quad(t));
-  const uint32_t w4[4] = {words.x, words.y, words.z, words.w};
   uint32_t a[e2m1::kSteps][4];
-#pragma unroll
-  for (int step = 0; step < e2m1::kSteps; ++step) {
-    const uint32_t sw = step < 2 ? scales.x : scales.y;
-    const uint32_t s01 = e2m1::scale_f16x2_to_bf16x2(cvt_f16x2_e4m3x2(uint16_t(sw >> (16 * (step % 2)))));
-    const uint32_t s0 = __byte_perm(s01, 0, 0x1010), s1 = __byte_perm(s01, 0, 0x3232);
-#pragma unroll
-    for (int p = 0; p < 4; ++p) a[step][p] = mul_bf16x2(e2m1::decode_pair(w4[step], p), p % 2 ? s1 : s0);
-  }
+  e2m1::decode_fragments(s_block, t, a);
   float acc[8] = {};
   const uint64_t desc_x = ptx::smem_desc_k128b(s_x);
   ptx::wgmma_fence();

@@ -53,7 +53,8 @@ inline MoeConfig scaled(MoeConfig c, int H, int I, int E, Precision p) {
   if (c.routing.fn == RoutingFn::sigmoid_grouped_topk && c.num_experts % groups != 0)
     c.num_experts = (c.num_experts / groups + 1) * groups;
   if (c.num_shared_experts > 0) c.shared_intermediate = I * c.num_shared_experts;
-  c.weight_precision = c.activation_precision = p;
+  c.weight_precision = p;
+  c.activation_precision = p == Precision::nvfp4 ? Precision::bf16 : p;  // the GPU runs W4A16
   c.validate();
   return c;
 }

@@ -48,7 +48,7 @@ LayerCase make_case(const MoeConfig& cfg, int T, ReductionMode m, LayerRoute r =
 TEST(LayerGpu, EveryPresetShrunk) {
   FMOE_SKIP_WITHOUT_GPU();
   for (const MoeConfig& preset : model_presets())
-    for (Precision p : {Precision::fp8_block, Precision::bf16}) {
+    for (Precision p : {Precision::fp8_block, Precision::bf16, Precision::nvfp4}) {
       const MoeConfig cfg = scaled(preset, 256, 128, 32, p);
       for (int T : {0, 1, 5, 128})
         for (ReductionMode m : kModes) run_case(make_case(cfg, T, m));
@@ -188,7 +188,9 @@ TEST(LayerGpu, EveryCompiledLayerConfigRuns) {
     if (ci.rows == detail::GemmRows::gathered && ci.epilogue == detail::GemmEpilogue::combine)
       continue;  // the projection's configs: tests/moe
     detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, ci.name);
-    const Precision p = ci.weights == detail::GemmWeights::bf16 ? Precision::bf16 : Precision::fp8_block;
+    const Precision p = ci.weights == detail::GemmWeights::bf16   ? Precision::bf16
+                        : ci.weights == detail::GemmWeights::e2m1 ? Precision::nvfp4
+                                                                  : Precision::fp8_block;
     const MoeConfig cfg = scaled(find_preset("qwen3-30b-a3b"), 256, 256, 8, p);
     for (ReductionMode m : kModes) run_case(make_case(cfg, 90, m), 1, false);  // ~90 rows per expert
   }
@@ -220,11 +222,36 @@ TEST(LayerGpu, TokensOnMNeedTwoWeightScalesPerWave) {
   }
 }
 
+TEST(LayerGpu, Nvfp4OddSizesSharedChunksAndLargeT) {
+  // NVFP4 weights (W4A16): H not a multiple of 64 (K padded in the prepared blocks), I not a
+  // multiple of 64, a shared MLP in two chunks, and T with several token tiles per expert.
+  FMOE_SKIP_WITHOUT_GPU();
+  const MoeConfig odd = scaled(find_preset("qwen3.5-35b-a3b"), 336, 80, 8, Precision::nvfp4);
+  for (int T : {1, 37, 300})
+    for (ReductionMode m : kModes) run_case(make_case(odd, T, m));
+  MoeConfig chunks = scaled(find_preset("deepseek-v3"), 256, 128, 16, Precision::nvfp4);
+  chunks.shared_intermediate = 256;  // two chunks of the intermediate 128
+  chunks.validate();
+  for (int T : {5, 700}) run_case(make_case(chunks, T, ReductionMode::fast));
+  const MoeConfig oss = scaled(find_preset("gpt-oss-120b"), 256, 128, 8, Precision::nvfp4);
+  run_case(make_case(oss, 500, ReductionMode::deterministic));
+}
+
 TEST(LayerGpu, SanitizerSmall) {
   // For compute-sanitizer (scripts/gpu_check.sh): H=2880 gives GEMM 1 23 k-blocks (every k-stage
   // ring wraps), forced BLOCK_T=128 with ~150 routes per expert gives several token tiles per
   // expert, with one and two weight waves; fp8 and bf16, both modes; T=4 runs the fused schedule.
   FMOE_SKIP_WITHOUT_GPU();
+  {
+    // NVFP4: 45 k-blocks of GEMM 1 wrap the 16-stage ring; BLOCK_T=128 with two waves.
+    const MoeConfig wide = scaled(find_preset("gpt-oss-120b"), 2880, 128, 4, Precision::nvfp4);
+    for (ReductionMode m : kModes) run_case(make_case(wide, 4, m), 1, false);
+    for (const char* name : {"up_e2m1_bt128_w2_s6", "down_e2m1_bt128_s8"}) {
+      detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, name);
+      const MoeConfig qwen = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 8, Precision::nvfp4);
+      run_case(make_case(qwen, 150, ReductionMode::fast), 1, false);
+    }
+  }
   for (Precision p : {Precision::fp8_block, Precision::bf16}) {
     const MoeConfig wide = scaled(find_preset("gpt-oss-120b"), 2880, 128, 4, p);
     for (ReductionMode m : kModes) run_case(make_case(wide, 4, m), 1, false);
