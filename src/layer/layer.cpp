@@ -57,13 +57,15 @@ std::vector<float> bias_to_host(const TensorRef& t, cudaStream_t stream) {
   return out;
 }
 
+// align: bytes of alignment of the base and the row strides (0: 4 for f32, else 16, what the
+// TMA-read layouts need; the NVFP4 tensors are re-laid on the host and take any, 1).
 void check_weight(const char* name, const TensorRef& t, DType dtype,
-                  std::initializer_list<int64_t> shape, int device) {
+                  std::initializer_list<int64_t> shape, int device, int align = 0) {
   using namespace detail;
   check_dtype(kOp, name, t, dtype);
   check_shape(kOp, name, t, shape);
   check_contiguous(kOp, name, t);
-  check_aligned(kOp, name, t, dtype == DType::f32 ? 4 : 16);
+  check_aligned(kOp, name, t, align ? align : dtype == DType::f32 ? 4 : 16);
   check_data(kOp, name, t);
   check_on_device(kOp, name, t);
   check_same_device(kOp, name, t, device);
@@ -342,8 +344,9 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeLayerWeights& w, Stream stream
   const int E = L.E, H = L.H, I = L.I, S = L.S;
   const int64_t KBh = cdiv(H, 128);
   const int vd = L.nvfp4 ? 2 : 1;  // elements per stored byte unit of the last dimension
-  check_weight("w13", w.w13, wt, {E, 2 * I, H / vd}, L.device);
-  check_weight("w2", w.w2, wt, {E, H, I / vd}, L.device);
+  const int walign = L.nvfp4 ? 1 : 0;
+  check_weight("w13", w.w13, wt, {E, 2 * I, H / vd}, L.device, walign);
+  check_weight("w2", w.w2, wt, {E, H, I / vd}, L.device, walign);
   if (!L.nvfp4) {
     for (auto [name, t] : {std::pair{"w13_scale_2", &w.w13_scale_2}, {"w2_scale_2", &w.w2_scale_2},
                            {"shared_w13_scale_2", &w.shared_w13_scale_2},
@@ -351,8 +354,8 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeLayerWeights& w, Stream stream
       require_absent(name, *t, "only NVFP4 weights have global scales");
   }
   if (L.nvfp4) {
-    check_weight("w13_scale", w.w13_scale, DType::e4m3, {E, 2 * I, H / 16}, L.device);
-    check_weight("w2_scale", w.w2_scale, DType::e4m3, {E, H, I / 16}, L.device);
+    check_weight("w13_scale", w.w13_scale, DType::e4m3, {E, 2 * I, H / 16}, L.device, 1);
+    check_weight("w2_scale", w.w2_scale, DType::e4m3, {E, H, I / 16}, L.device, 1);
     check_global_scales("w13_scale_2", w.w13_scale_2, E, L.device);
     check_weight("w2_scale_2", w.w2_scale_2, DType::f32, {E}, L.device);
   } else if (L.fp8) {
@@ -375,11 +378,11 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeLayerWeights& w, Stream stream
     require_absent("routing_bias", w.routing_bias, "the routing function uses no bias");
   }
   if (L.S > 0) {
-    check_weight("shared_w13", w.shared_w13, wt, {2 * S, H / vd}, L.device);
-    check_weight("shared_w2", w.shared_w2, wt, {H, S / vd}, L.device);
+    check_weight("shared_w13", w.shared_w13, wt, {2 * S, H / vd}, L.device, walign);
+    check_weight("shared_w2", w.shared_w2, wt, {H, S / vd}, L.device, walign);
     if (L.nvfp4) {
-      check_weight("shared_w13_scale", w.shared_w13_scale, DType::e4m3, {2 * S, H / 16}, L.device);
-      check_weight("shared_w2_scale", w.shared_w2_scale, DType::e4m3, {H, S / 16}, L.device);
+      check_weight("shared_w13_scale", w.shared_w13_scale, DType::e4m3, {2 * S, H / 16}, L.device, 1);
+      check_weight("shared_w2_scale", w.shared_w2_scale, DType::e4m3, {H, S / 16}, L.device, 1);
       check_global_scales("shared_w13_scale_2", w.shared_w13_scale_2, 0, L.device);
       check_weight("shared_w2_scale_2", w.shared_w2_scale_2, DType::f32, {1}, L.device);
     } else if (L.fp8) {
