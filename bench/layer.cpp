@@ -244,6 +244,7 @@ Options parse_options(const cli::Args& args, const char* presets, const char* pr
   if (prec == "fp8" || prec == "both") o.precisions.push_back(Precision::fp8_block);
   if (prec == "bf16" || prec == "both") o.precisions.push_back(Precision::bf16);
   if (prec == "nvfp4") o.precisions.push_back(Precision::nvfp4);
+  if (prec == "mxfp4") o.precisions.push_back(Precision::mxfp4);
   const std::string mode = args.str("mode", modes);
   if (mode == "fast" || mode == "both") o.modes.push_back(ReductionMode::fast);
   if (mode == "deterministic" || mode == "both") o.modes.push_back(ReductionMode::deterministic);
@@ -258,7 +259,8 @@ void run_options(const Context& ctx, const Options& opt) {
     for (const Precision p : opt.precisions) {
       MoeConfig cfg = find_preset(name);
       cfg.weight_precision = p;
-      cfg.activation_precision = p == Precision::nvfp4 ? Precision::bf16 : p;  // W4A16 on the GPU
+      const bool w4 = p == Precision::nvfp4 || p == Precision::mxfp4;
+      cfg.activation_precision = w4 ? Precision::bf16 : p;  // W4A16 on the GPU
       size_t free_bytes = 0, total = 0;
       FMOE_CUDA(cudaMemGetInfo(&free_bytes, &total));
       const double need = 2.2 * (cfg.num_experts * cli::mlp_weight_bytes(cfg, cfg.intermediate) +
@@ -290,8 +292,9 @@ const std::vector<BenchOption> kOptions = {
      "layer_all: every preset)"},
     {"tokens", "LIST", "comma-separated token counts in [1, 65536] (default 1,8,32,128,512,2048,8192)",
      Kind::int_list, {}, 1, 65536},
-    {"precision", "fp8|bf16|both|nvfp4", "weight precision (activations: the same, bf16 for nvfp4; "
-     "layer: fp8, layer_all: both)", Kind::choice, {"fp8", "bf16", "both", "nvfp4"}},
+    {"precision", "fp8|bf16|both|nvfp4|mxfp4", "weight precision (activations: the same, bf16 for "
+     "nvfp4 and mxfp4; layer: fp8, layer_all: both)", Kind::choice,
+     {"fp8", "bf16", "both", "nvfp4", "mxfp4"}},
     {"mode", "fast|deterministic|both", "reduction modes to time (default fast)", Kind::choice,
      {"fast", "deterministic", "both"}},
     {"stages", "on|off", "also time each stage alone (default on)", Kind::choice, {"on", "off"}},

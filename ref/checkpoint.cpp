@@ -79,6 +79,14 @@ WeightSet weight_set(const char* what, Precision p, int E, int N, int K, bool st
       release(values);
       release(scale);
       break;
+    case Precision::mxfp4:
+      require_shape(what, values, DType::e2m1x2, lead({N, K / 2}));
+      require_shape(what, scale, DType::ue8m0, lead({N, K / 32}));
+      w.q.assign(values.bytes.begin(), values.bytes.end());
+      w.block_scale.assign(scale.bytes.begin(), scale.bytes.end());
+      release(values);
+      release(scale);
+      break;
   }
   return w;
 }

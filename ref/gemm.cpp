@@ -6,6 +6,7 @@
 #include "common/parallel.hpp"
 #include "fusedmoe/error.hpp"
 #include "fusedmoe/formats.hpp"
+#include "gemm/e2m1_layout.hpp"
 #include "ref/ref.hpp"
 
 namespace fusedmoe::ref {
@@ -58,6 +59,24 @@ void WeightSet::decode_row(int e, int n, double* out) const {
       }
       return;
     }
+    case Precision::mxfp4: {
+      // The values the kernel multiplies: each UE8M0 scale as its E4M3 slot relative to the
+      // row's largest (src/gemm/e2m1_layout.hpp), so a block more than 17 binades below the
+      // row's largest is zero here too.
+      const uint8_t* src = q.data() + row * (K / 2);
+      const uint8_t* bs = block_scale.data() + row * (K / 32);
+      int row_max = 0;
+      for (int b = 0; b < K / 32; ++b) row_max = std::max(row_max, int(bs[b]));
+      const double factor = std::ldexp(1.0, detail::e2m1::mx_row_factor_log2(row_max));
+      for (int k = 0; k < K; k += 2) {
+        const uint8_t byte = src[k / 2];
+        const uint8_t sc = bs[k / 32] == 0xFF ? uint8_t(0x7F)  // NaN stays NaN
+                                              : detail::e2m1::mx_scale_slot(bs[k / 32], row_max);
+        out[k] = tb.e2m1_times_e4m3[byte & 0xF][sc] * factor;
+        out[k + 1] = tb.e2m1_times_e4m3[byte >> 4][sc] * factor;
+      }
+      return;
+    }
   }
 }
 
@@ -66,6 +85,7 @@ size_t WeightSet::bytes_per_expert() const {
     case Precision::bf16: return size_t(N) * K * 2;
     case Precision::fp8_block: return size_t(N) * K + size_t(cdiv(N, 128) * cdiv(K, 128)) * 4;
     case Precision::nvfp4: return size_t(N) * (K / 2) + size_t(N) * (K / 16) + 4 * size_t(global_groups);
+    case Precision::mxfp4: return size_t(N) * (K / 2) + size_t(N) * (K / 32);
   }
   return 0;
 }
@@ -76,6 +96,8 @@ WeightSet make_weights(Precision p, int E, int N, int K,
   FMOE_REQUIRE(E >= 0 && N >= 0 && K >= 0, "ref::make_weights: E=%d N=%d K=%d", E, N, K);
   FMOE_REQUIRE(p != Precision::nvfp4 || K % 16 == 0,
                "ref::make_weights: nvfp4 needs K a multiple of 16, got %d", K);
+  FMOE_REQUIRE(p != Precision::mxfp4 || K % 32 == 0,
+               "ref::make_weights: mxfp4 needs K a multiple of 32, got %d", K);
   WeightSet ws;
   ws.precision = p;
   ws.E = E;
@@ -93,6 +115,10 @@ WeightSet make_weights(Precision p, int E, int N, int K,
       ws.q.resize(size_t(E * per / 2));
       ws.block_scale.resize(size_t(E * per / 16));
       ws.global_scale.resize(size_t(E));
+      break;
+    case Precision::mxfp4:
+      ws.q.resize(size_t(E * per / 2));
+      ws.block_scale.resize(size_t(E * per / 32));
       break;
   }
   // One expert at a time: the float copy of a whole model's experts would not fit in memory.
@@ -116,6 +142,9 @@ WeightSet make_weights(Precision p, int E, int N, int K,
                             ws.block_scale.data() + e * per / 16);
         break;
       }
+      case Precision::mxfp4:
+        fmt::quantize_mxfp4(w, N, K, ws.q.data() + e * per / 2, ws.block_scale.data() + e * per / 32);
+        break;
     }
     if (progress) progress(e + 1, E);
   }
@@ -154,6 +183,7 @@ void ActRows::decode_row(int m, double* out) const {
       }
       return;
     }
+    case Precision::mxfp4: break;  // make_acts refuses it
   }
 }
 
@@ -181,6 +211,8 @@ ActRows make_acts(Precision p, const float* x, int M, int K, float nvfp4_global,
       a.block_scale.resize(size_t(n / 16));
       fmt::quantize_nvfp4(x, M, K, a.global_scale, a.q.data(), a.block_scale.data());
       break;
+    case Precision::mxfp4:
+      FMOE_REQUIRE(false, "ref::make_acts: mxfp4 is a weight format here (activations bf16)");
   }
   return a;
 }

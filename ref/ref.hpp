@@ -52,9 +52,9 @@ struct WeightSet {
   Precision precision = Precision::bf16;
   int E = 0, N = 0, K = 0;
   std::vector<uint16_t> bf16;         ///< bf16: [E, N, K]
-  std::vector<uint8_t> q;             ///< fp8: [E, N, K] e4m3; nvfp4: [E, N, K/2] packed e2m1
+  std::vector<uint8_t> q;             ///< fp8: [E, N, K] e4m3; nvfp4, mxfp4: [E, N, K/2] packed e2m1
   std::vector<float> scale;           ///< fp8: [E, ceil(N/128), ceil(K/128)] (w ~= q * scale)
-  std::vector<uint8_t> block_scale;   ///< nvfp4: [E, N, K/16] e4m3
+  std::vector<uint8_t> block_scale;   ///< nvfp4: [E, N, K/16] e4m3; mxfp4: [E, N, K/32] ue8m0
   std::vector<float> global_scale;    ///< nvfp4: [E, global_groups]
   int global_groups = 1;              ///< nvfp4: global scales per expert, each for N/groups
                                       ///< consecutive rows (checkpoints scale gate and up apart)
@@ -66,7 +66,8 @@ struct WeightSet {
 /// `done` growing to `total`. Never changes what the step computes.
 using ProgressFn = std::function<void(int64_t done, int64_t total)>;
 
-/// Quantizes float weights w [E, N, K] (nvfp4: one global scale per expert from its amax).
+/// Quantizes float weights w [E, N, K] (nvfp4: one global scale per expert from its amax;
+/// mxfp4: fmt::quantize_mxfp4).
 WeightSet make_weights(Precision p, const float* w, int E, int N, int K);
 /// Same, with expert e's float values [N, K] written by expert_values(e, buffer) one expert at a
 /// time (random weights for a whole model never exist as floats all at once; the one expert's
@@ -122,12 +123,56 @@ void combine(const double* expert_out, const int32_t* route_slot, const float* w
 /// RMSNorm: y = x / sqrt(mean(x^2) + eps) * w, per row of H, in double.
 void rmsnorm(const float* x, const float* w, int rows, int H, float eps, float* y);
 
+/// The fused RMSNorm + quantize (fusedmoe::rmsnorm_quant, include/fusedmoe/norm.hpp), row by row:
+/// h = x, or bf16(x + residual) (one fp32 add, one rounding); inv_rms = 1 / sqrt(mean(h^2) + eps)
+/// in double; y = h * inv_rms * w in double, rounded once to fp32. With `inv_rms_given` ([T], the
+/// kernel's fp32 inv_rms) y is instead the kernel's own fp32 operations (h * inv_rms) * w, so the
+/// outputs can be compared bit for bit. Then bf16(y), or y quantized by
+/// fmt::quantize_fp8_per_token_128 / fmt::quantize_nvfp4 under norm.hpp's poison rules: a row
+/// whose sum of squares is not finite in fp32 (here: a non-finite h, or a double sum above
+/// FLT_MAX) has inv_rms NaN; a block with a NaN or Inf y has a NaN scale; a global scale that is
+/// not positive and finite makes every NVFP4 scale NaN (0x7F) with codes 0.
+/// x, residual: [T, H] bf16-valued floats (residual may be nullptr); w: [H] bf16-valued.
+enum class NormOutForm { bf16, fp8, nvfp4 };
+struct RmsNormQuantResult {
+  int T = 0, H = 0;
+  std::vector<float> h;             ///< [T, H] the normalized input (what residual becomes)
+  std::vector<double> inv_rms;      ///< [T] in double (NaN: the row is poisoned)
+  std::vector<float> y;             ///< [T, H] the fp32 values the quantizers see
+  std::vector<uint16_t> out_bf16;   ///< bf16: [T, H] bits
+  std::vector<uint8_t> q;           ///< fp8: [T, H] e4m3 codes; nvfp4: [T, H/2] e2m1 pairs
+  std::vector<float> fp8_scale;     ///< fp8: [T, ceil(H/128)]
+  std::vector<uint8_t> nvfp4_scale; ///< nvfp4: [T, H/16] e4m3 codes
+};
+RmsNormQuantResult rmsnorm_quant(const float* x, const float* residual, const float* w, int T, int H,
+                                 float eps, NormOutForm form, float global_scale = 1.0f,
+                                 const float* inv_rms_given = nullptr);
+
 enum class RopeStyle { gptj_interleaved, neox };
 /// Rotates the first rotary_dim of each head in place: x [T, heads, head_dim]; position[T];
 /// angle_i = pos * theta^(-2i/rotary_dim). GPT-J pairs (2i, 2i+1); NeoX pairs (i, i + rd/2).
 /// inverse rotates by -angle (undoes forward).
 void rope(float* x, const int32_t* position, int T, int heads, int head_dim, int rotary_dim,
           float theta, RopeStyle style, bool inverse);
+
+/// vLLM's cos_sin_cache [max_position, rope_dim] f32: row p holds cos(p * f_i) for i < rope_dim/2,
+/// then sin(p * f_i), f_i = theta^(-2i/rope_dim); computed in double, rounded once to float.
+std::vector<float> rope_cos_sin_cache(int max_position, int rope_dim, double theta);
+
+/// The RoPE op (fusedmoe::rope, include/fusedmoe/rope.hpp) in double: rotates the LAST rope_dim
+/// values of each head of x [T, heads, head_dim] (the values the kernel reads: bf16 / f16 / f32,
+/// exact in float) with cos/sin from `cos_sin_cache` [max_position, rope_dim] (pair i uses
+/// columns i and rope_dim/2 + i), pairs as `style` says, by -angle when `inverse`. A token whose
+/// position is outside [0, max_position) keeps its values and is counted.
+struct RopeFromCacheResult {
+  std::vector<double> value;      ///< [T, heads, head_dim], before rounding to the storage type
+  std::vector<double> abs_terms;  ///< per element |x * cos| + |y * sin| (0 where not rotated):
+                                  ///< the scale of the fp32 rounding error, for the tolerance
+  int64_t bad_positions = 0;
+};
+RopeFromCacheResult rope_from_cache(const float* x, int T, int heads, int head_dim, int rope_dim,
+                                    const int64_t* positions, const float* cos_sin_cache,
+                                    int64_t max_position, RopeStyle style, bool inverse);
 
 // ================================================================================================
 // One routed expert projection (the FP8 pipeline of src/moe): y = sum_j w_tj * quant(a_t) @ W_e^T.

@@ -26,6 +26,7 @@ inline double weight_set_bytes(Precision p, double E, double N, double K) {
     case Precision::fp8_block:
       return E * (N * K + std::ceil(N / 128) * std::ceil(K / 128) * 4);
     case Precision::nvfp4: return E * (N * K / 2 + N * K / 16 + 4);
+    case Precision::mxfp4: return E * (N * K / 2 + N * K / 32);
   }
   return 0;
 }
@@ -36,6 +37,7 @@ inline double act_rows_bytes(Precision p, double M, double K) {
     case Precision::bf16: return M * K * 2;
     case Precision::fp8_block: return M * K + M * std::ceil(K / 128) * 4;
     case Precision::nvfp4: return M * K / 2 + M * K / 16;
+    case Precision::mxfp4: return 0;  // a weight format only
   }
   return 0;
 }

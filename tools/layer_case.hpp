@@ -38,7 +38,8 @@ inline DType weight_dtype(const ref::WeightSet& w) {
   switch (w.precision) {
     case Precision::bf16: return DType::bf16;
     case Precision::fp8_block: return DType::e4m3;
-    case Precision::nvfp4: return DType::e2m1x2;
+    case Precision::nvfp4:
+    case Precision::mxfp4: return DType::e2m1x2;
   }
   return DType::bf16;
 }
@@ -46,7 +47,7 @@ inline DType weight_dtype(const ref::WeightSet& w) {
 // The matrices of `w` with `lead` leading dimensions ({E} or none), each [N, K].
 inline TensorRef upload_values(std::vector<DeviceBuffer>& bufs, const ref::WeightSet& w,
                                std::vector<int64_t> shape) {
-  if (w.precision == Precision::nvfp4) shape.back() /= 2;  // two e2m1 per byte
+  if (w.precision == Precision::nvfp4 || w.precision == Precision::mxfp4) shape.back() /= 2;  // two e2m1 per byte
   bufs.push_back(w.precision == Precision::bf16 ? DeviceBuffer::from(w.bf16) : DeviceBuffer::from(w.q));
   TensorRef t = TensorRef::contiguous(bufs.back().get(), weight_dtype(w), {}, Device::cuda);
   t.ndim = int(shape.size());
@@ -55,7 +56,8 @@ inline TensorRef upload_values(std::vector<DeviceBuffer>& bufs, const ref::Weigh
   return t;
 }
 
-// fp8: the 128x128 block scales (`fp8_shape`); nvfp4: the e4m3 block scales [lead.., N, K/16].
+// fp8: the 128x128 block scales (`fp8_shape`); nvfp4: the e4m3 block scales [lead.., N, K/16]
+// (`nvfp4_shape`); mxfp4: the ue8m0 scales [lead.., N, K/32] (nvfp4_shape's last dimension halved).
 inline TensorRef upload_scales(std::vector<DeviceBuffer>& bufs, const ref::WeightSet& w,
                                std::vector<int64_t> fp8_shape, std::vector<int64_t> nvfp4_shape = {}) {
   TensorRef t;
@@ -66,6 +68,11 @@ inline TensorRef upload_scales(std::vector<DeviceBuffer>& bufs, const ref::Weigh
     bufs.push_back(DeviceBuffer::from(w.block_scale));
     t = TensorRef::contiguous(bufs.back().get(), DType::e4m3, {}, Device::cuda);
     fp8_shape = nvfp4_shape;
+  } else if (w.precision == Precision::mxfp4) {
+    bufs.push_back(DeviceBuffer::from(w.block_scale));
+    t = TensorRef::contiguous(bufs.back().get(), DType::ue8m0, {}, Device::cuda);
+    fp8_shape = nvfp4_shape;
+    fp8_shape.back() /= 2;
   } else {
     return {};
   }
@@ -213,6 +220,24 @@ inline ref::WeightSet random_weight_codes(Precision p, int E, int N, int K, uint
       w.block_scale[i] = uint8_t(0x30 + (ref::hash3(seed, stream ^ 0x5CA1E, i) & 0xF));
     return w;
   }
+  if (p == Precision::mxfp4) {
+    // Random bytes (every e2m1 code) and UE8M0 scales 2^(e0-1) .. 2^(e0+1), 2^e0 ~ amp / 4.5 (so
+    // values reach about amp, as for nvfp4); the rows' scales span 2 binades (real gpt-oss rows
+    // span a few), so the 17-binade window of the prepared layout holds them all.
+    w.q.resize(size_t(n / 2));
+    w.block_scale.resize(size_t(n / 32));
+    const int e0 = int(std::lround(std::log2(amp / 4.5)));
+    detail::parallel_for(int64_t(w.q.size() + 7) / 8, [&](int64_t b, int64_t e) {
+      for (int64_t word = b; word < e; ++word) {
+        uint64_t bits = ref::hash3(seed, stream, uint64_t(word));
+        for (int j = 0; j < 8 && word * 8 + j < int64_t(w.q.size()); ++j, bits >>= 8)
+          w.q[size_t(word * 8 + j)] = uint8_t(bits);
+      }
+    }, 1 << 14);
+    for (size_t i = 0; i < w.block_scale.size(); ++i)
+      w.block_scale[i] = uint8_t(127 + e0 - 1 + int(ref::hash3(seed, stream ^ 0x5CA1E, i) % 3));
+    return w;
+  }
   FMOE_REQUIRE(p == Precision::fp8_block, "random_weight_codes: %s weights are not drawn as codes",
                precision_name(p));
   w.q.resize(size_t(n));
@@ -265,6 +290,7 @@ inline double mlp_weight_bytes(const MoeConfig& c, int inter) {
   const double params = 3.0 * c.hidden * double(inter);
   if (c.weight_precision == Precision::bf16) return 2 * params;
   if (c.weight_precision == Precision::nvfp4) return params / 2 + params / 16 + 4.0 * 3;  // + globals
+  if (c.weight_precision == Precision::mxfp4) return params / 2 + params / 32;
   const double hb = std::ceil(c.hidden / 128.0);
   return params + 4 * (std::ceil(2.0 * inter / 128) * hb + hb * std::ceil(inter / 128.0));
 }

@@ -38,22 +38,23 @@ namespace fusedmoe::cli {
 
 const char* kRunUsage =
     "usage: fusedmoe run [--preset NAME | --config PATH] [--tokens N] [--seed N]\n"
-    "                    [--precision bf16|fp8|nvfp4] [--top-k N] [--backend auto|cpu|gpu]\n"
+    "                    [--precision bf16|fp8|nvfp4|mxfp4] [--top-k N] [--backend auto|cpu|gpu]\n"
     "                    [--mode fast|deterministic] [--projection]\n"
     "       fusedmoe run --model DIR --layer N [--tokens N] [--seed N] [--backend B] [--mode M]\n"
     "\n"
     "One MoE layer forward (routing, gate/up, activation, down, weighted combine, shared expert)\n"
-    "on seeded random weights and inputs, or with --model on one layer of a checkpoint. On an H100/H200 the layer runs on the GPU (fp8 and bf16\n"
-    "weights), is timed (median of CUDA-graph replays; TFLOP/s and x the floor from this card's\n"
-    "measured ceilings) and checked against the CPU reference (PASS/FAIL, exit 1 on FAIL);\n"
-    "without a GPU (or for nvfp4 weights, whose GPU kernels are not there yet) the CPU reference\n"
-    "runs and says so.\n"
+    "on seeded random weights and inputs, or with --model on one layer of a checkpoint. On an H100/H200 the layer runs on the GPU\n"
+    "(fp8 and bf16 weights; nvfp4 and mxfp4 weights with bf16 activations), is timed (median of\n"
+    "CUDA-graph replays; TFLOP/s and x the floor from this card's measured ceilings) and checked\n"
+    "against the CPU reference (PASS/FAIL, exit 1 on FAIL); without a GPU (or for a ModelOpt\n"
+    "NVFP4 checkpoint, whose activations are nvfp4 too) the CPU reference runs and says so.\n"
     "\n"
     "  --preset NAME     model preset (default qwen3.5-35b-a3b; see 'fusedmoe list-presets')\n"
     "  --config PATH     a Hugging Face config.json instead of a preset\n"
     "  --tokens N        tokens in the batch (default 128)\n"
     "  --seed N          random seed for weights and inputs (default 1)\n"
-    "  --precision P     weight precision override: bf16, fp8 (128x128 blocks), nvfp4\n"
+    "  --precision P     weight precision override: bf16, fp8 (128x128 blocks), nvfp4, mxfp4\n"
+    "                    (the 4-bit ones with bf16 activations)\n"
     "  --top-k N         override the preset's top-k\n"
     "  --backend B       auto (GPU when usable), cpu (the reference), gpu (fail without one)\n"
     "  --projection      only the routed FP8 expert projection y[T, I] = sum over the top-k of\n"
@@ -194,7 +195,8 @@ GpuLayerRun run_layer_gpu(const MoeConfig& cfg, int T, const std::string& mode,
     row.bytes = cost.bytes;
     row.flops = cost.flops;
     row.t = t;
-    bench::set_floor(row, ceil, cfg.weight_precision == Precision::bf16 ? "bf16" : "fp8");
+    // 4-bit weights run on bf16 wgmma (W4A16): their FLOP floor is the bf16 rate.
+    bench::set_floor(row, ceil, cfg.weight_precision == Precision::fp8_block ? "fp8" : "bf16");
     std::printf("  time     : %.2f us median (p10 %.2f, p90 %.2f) per call over CUDA-graph replays "
                 "(one input set: small T may read weights from L2; 'fusedmoe bench --op layer' "
                 "rotates copies)\n", t.median_us, t.p10_us, t.p90_us);
@@ -387,7 +389,7 @@ MoeConfig read_config(const std::string& path, const Precision* precision) {
 MoeConfig model_from_args(const Args& args, bool projection) {
   std::optional<Precision> precision;
   if (args.has("precision")) {
-    const std::string p = args.choice("precision", "", {"bf16", "fp8", "fp8_block", "nvfp4"});
+    const std::string p = args.choice("precision", "", {"bf16", "fp8", "fp8_block", "nvfp4", "mxfp4"});
     precision = parse_precision(p);
     if (projection && *precision != Precision::fp8_block)
       throw UsageError(strf("--projection runs the FP8 pipeline; --precision %s is not supported "
@@ -413,7 +415,8 @@ MoeConfig model_from_args(const Args& args, bool projection) {
     cfg = find_preset(name);
     if (precision) {
       cfg.weight_precision = *precision;
-      cfg.activation_precision = *precision == Precision::nvfp4 ? Precision::bf16 : *precision;
+      const bool w4 = *precision == Precision::nvfp4 || *precision == Precision::mxfp4;
+      cfg.activation_precision = w4 ? Precision::bf16 : *precision;
     }
   }
   cfg.validate();  // the model as given: its own faults are not the override's
@@ -444,10 +447,13 @@ int run_model(const std::string& dir, int layer, int T, uint64_t seed, const std
               const std::string& mode) {
   set_activity("reading the model's config");
   const MoeConfig cfg = checkpoint_config(dir);
+  // NVFP4 checkpoints quantize the activations too (input_scale): W4A4, which Hopper's GPU layer
+  // does not run (it runs NVFP4 weights with bf16 activations).
   const bool gpu_precision = cfg.weight_precision == Precision::fp8_block ||
-                             cfg.weight_precision == Precision::bf16;
+                             cfg.weight_precision == Precision::bf16 ||
+                             cfg.weight_precision == Precision::mxfp4;
   FMOE_REQUIRE(backend != "gpu" || gpu_precision, "--backend gpu: %s layers run only on the CPU "
-               "reference for now (the GPU layer takes fp8_block and bf16 weights)",
+               "reference for now (the GPU layer takes fp8_block, bf16 and mxfp4 checkpoints)",
                precision_name(cfg.weight_precision));
   std::string why_cpu;
   const bool have_gpu = gpu_usable(0, &why_cpu);
@@ -551,11 +557,12 @@ int cmd_run(const std::vector<std::string>& argv) {
   const bool have_gpu = gpu_usable(0, &why_cpu);
   const bool gpu_precision = cfg.weight_precision == Precision::fp8_block ||
                              cfg.weight_precision == Precision::bf16 ||
-                             (cfg.weight_precision == Precision::nvfp4 &&
+                             ((cfg.weight_precision == Precision::nvfp4 ||
+                               cfg.weight_precision == Precision::mxfp4) &&
                               cfg.activation_precision == Precision::bf16);
   FMOE_REQUIRE(backend != "gpu" || have_gpu, "--backend gpu: %s", why_cpu.c_str());
   FMOE_REQUIRE(backend != "gpu" || gpu_precision, "--backend gpu: %s weights with %s activations "
-               "have no GPU kernels (fp8, bf16, and nvfp4 weights with bf16 activations do)",
+               "have no GPU kernels (fp8, bf16, and nvfp4 / mxfp4 weights with bf16 activations do)",
                precision_name(cfg.weight_precision), precision_name(cfg.activation_precision));
   const bool on_gpu = have_gpu && gpu_precision && backend != "cpu";
   if (backend == "cpu") why_cpu = "--backend cpu";

@@ -80,9 +80,14 @@ const char* expert_layout_name(ExpertLayout l);
 /// - ModelOpt NVFP4 (`quant_method: modelopt` / `quant_algo: NVFP4`): per-expert `weight` U8
 ///   [N, K/2] (two E2M1 per byte, even element in the low nibble), `weight_scale` F8_E4M3
 ///   [N, K/16], `weight_scale_2` F32 scalar (w = e2m1 * weight_scale * weight_scale_2),
-///   `input_scale` F32 scalar. The GPU layer has no NVFP4 path yet: such a layer runs on the CPU
-///   reference only (host_weights() refuses it).
-/// gpt-oss's MXFP4 experts (`gate_up_proj_blocks` / `_scales`) are refused with an Error.
+///   `input_scale` F32 scalar. The checkpoint's activations are NVFP4 too (W4A4), which the GPU
+///   layer does not run (it runs 4-bit weights with bf16 activations): such a layer runs on the
+///   CPU reference only (host_weights() refuses it).
+/// - MXFP4 as gpt-oss ships it (`quant_method: mxfp4`): `experts.gate_up_proj_blocks` U8
+///   [E, 2I, H/32, 16] (E2M1 codes, even element in the low nibble; rows gate 2i / up 2i + 1),
+///   `_scales` U8 [E, 2I, H/32] (UE8M0, w = e2m1 * 2^(scale - 127)), `down_proj_blocks`
+///   [E, H, I/32, 16] and `_scales` [E, H, I/32]; biases as in the BF16 layout. Read into
+///   w13 / w2 e2m1x2 [E, 2I, H/2], [E, H, I/2] and w13_scale / w2_scale ue8m0.
 struct CheckpointLayer {
   MoeConfig config;
   int layer = 0;
@@ -91,9 +96,10 @@ struct CheckpointLayer {
   std::string router_key;  ///< the router weight's tensor, e.g. "model.layers.3.mlp.gate.weight"
   std::string format;    ///< one line for people: "fp8_block per-expert (weight + weight_scale_inv)"
 
-  HostTensor w13, w13_scale, w2, w2_scale;  ///< MoeLayerWeights layouts; nvfp4: values
+  HostTensor w13, w13_scale, w2, w2_scale;  ///< MoeLayerWeights layouts; nvfp4 / mxfp4: values
                                             ///< e2m1x2 [E, 2I, H/2], [E, H, I/2] and
                                             ///< weight_scale e4m3 [E, 2I, H/16], [E, H, I/16]
+                                            ///< (mxfp4: ue8m0 [E, 2I, H/32], [E, H, I/32])
   HostTensor w13_scale_2, w2_scale_2;       ///< nvfp4: weight_scale_2 f32 [E, 2] (gate, up), [E]
   HostTensor w13_input_scale, w2_input_scale;  ///< nvfp4: input_scale f32 [E, 2], [E] (read and
                                                ///< kept; the layer runs W4A16, bf16 activations)
@@ -116,7 +122,7 @@ struct CheckpointLayer {
 
 /// The MoeConfig of the model in `dir` as load_moe_layer reads it: config.json, with
 /// hf_quant_config.json for ModelOpt exports (NVFP4). Reads no tensor. Throws Error naming the
-/// file and field, or a quantization format that is not read (gpt-oss MXFP4, other quantizers).
+/// file and field, or a quantization format that is not read (GPTQ, AWQ, other quantizers).
 MoeConfig checkpoint_config(const std::string& dir);
 
 /// Reads layer `layer` of the model in `dir` (config.json, an optional hf_quant_config.json,

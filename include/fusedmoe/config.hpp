@@ -50,12 +50,14 @@ enum class Precision {
   bf16,      ///< plain bf16
   fp8_block, ///< FP8 E4M3; weights one fp32 scale per 128x128 block, activations per token per 128
   nvfp4,     ///< E2M1 values, one E4M3 scale per 16 along K, one fp32 global scale per tensor
+  mxfp4,     ///< E2M1 values, one UE8M0 (power-of-two) scale per 32 along K (OCP MX; gpt-oss);
+             ///< weights only (decoded like nvfp4), with bf16 activations
 };
 
 const char* routing_fn_name(RoutingFn f);
 const char* activation_fn_name(ActivationFn f);
 const char* precision_name(Precision p);
-/// Parses "bf16", "fp8", "fp8_block", "nvfp4"; throws Error otherwise.
+/// Parses "bf16", "fp8", "fp8_block", "nvfp4", "mxfp4"; throws Error otherwise.
 Precision parse_precision(const std::string& s);
 
 /// The plausible range of every MoeConfig field. MoeConfig::validate() and the config.json import
@@ -113,8 +115,8 @@ const char* default_preset_name();
 /// Reads the MoE fields of a Hugging Face config.json (qwen2_moe, qwen3_moe, qwen3_next,
 /// qwen3_5_moe, deepseek_v3, kimi_k2, mixtral, gpt_oss, llama4 families; a nested
 /// "text_config" is followed). Precision comes from "quantization_config" (fp8 128x128 blocks,
-/// ModelOpt NVFP4; none means bf16) unless `precision_override` is given (the CLI's
-/// --precision); a file in another format (gpt-oss's mxfp4, ...) needs the override.
+/// ModelOpt NVFP4, "mxfp4" as gpt-oss ships it; none means bf16) unless `precision_override` is
+/// given (the CLI's --precision); a file in another format needs the override.
 /// Throws Error with the file and field on malformed JSON, an unknown model_type, a missing,
 /// mistyped, duplicated or out-of-range field (ConfigLimits), or an inconsistent value.
 /// Integer fields take JSON integers and floats with an integer value (2048.0); numbers are read

@@ -60,6 +60,14 @@ void quantize_fp8_block_128x128(const float* w, int64_t rows, int64_t cols, uint
 float nvfp4_global_scale(float amax);
 void quantize_nvfp4(const float* x, int64_t rows, int64_t cols, float global_scale,
                     uint8_t* packed, uint8_t* block_scales);
+/// MXFP4 (OCP MX, as gpt-oss ships its experts): one UE8M0 scale per 32 columns,
+/// s = ue8m0_from_float_ceil(amax32 / 6) (rounded up, so no value clips; the OCP spec's
+/// floor(log2(amax)) - 2 rule would clip the largest values by up to 1.33x), value = e2m1(x / s).
+/// An all-zero block has scale code 0 (2^-127) and zero codes; a NaN or Inf in a block gives it
+/// the NaN scale 0xFF. cols must be a multiple of 32.
+/// x: [rows, cols]; packed: [rows, cols/2] (even element in the low nibble);
+/// scales: [rows, cols/32] ue8m0 codes.
+void quantize_mxfp4(const float* x, int64_t rows, int64_t cols, uint8_t* packed, uint8_t* scales);
 /// Max |x| of a buffer, NaN-propagating (a NaN anywhere gives NaN).
 float abs_max(const float* x, int64_t n);
 
@@ -70,5 +78,8 @@ void dequantize_fp8_block_128x128(const uint8_t* q, const float* scale_inv, int6
                                   int64_t cols, float* w);
 void dequantize_nvfp4(const uint8_t* packed, const uint8_t* block_scales, float global_scale,
                       int64_t rows, int64_t cols, float* x);
+
+void dequantize_mxfp4(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
+                      float* x);
 
 }  // namespace fusedmoe::fmt

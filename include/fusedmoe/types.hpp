@@ -19,6 +19,7 @@ enum class DType : uint8_t {
   e2m1x2,   ///< two FP4 E2M1 values per byte, the even element in the low nibble
   ue8m0,    ///< unsigned power-of-two scale, value 2^(code-127), 0xFF is NaN
   i32,      ///< int32 (expert ids, counts, offsets)
+  i64,      ///< int64 (token positions, as torch and vLLM hold them)
 };
 
 /// Bytes of one storage element.

@@ -3,9 +3,9 @@
 The C++ library (include/fusedmoe) through a nanobind extension: :class:`MoeConfig` (presets and
 Hugging Face config.json import), :class:`MoeLayer` (the whole layer on torch CUDA tensors, on
 torch's current stream, CUDA-graph capturable), the NVFP4 GEMV (:func:`gemv_nvfp4`,
-:func:`moe_gemv_nvfp4`) and the CPU codecs and quantizers (numpy in, numpy out). Every bad
-argument raises :class:`Error` with the library's message (op, argument, expected vs actual).
-torch is imported only by the calls that need it.
+:func:`moe_gemv_nvfp4`), the fused RMSNorm + quantize (:func:`rmsnorm_quant`) and the CPU codecs
+and quantizers (numpy in, numpy out). Every bad argument raises :class:`Error` with the library's
+message (op, argument, expected vs actual). torch is imported only by the calls that need it.
 """
 
 from __future__ import annotations
@@ -121,6 +121,91 @@ def moe_gemv_nvfp4(
     return y
 
 
+def rmsnorm_quant(
+    x: Any,
+    weight: Any,
+    eps: float = 1e-6,
+    out_format: str = "bf16",
+    residual: Any = None,
+    global_scale: Any = None,
+    out: Any = None,
+    out_scale: Any = None,
+    stream: Optional[int] = None,
+    *,
+    inv_rms: Any = None,
+    pdl: bool = False,
+) -> Tuple[Any, Any]:
+    """Fused RMSNorm + quantize (fusedmoe::rmsnorm_quant): y = h / sqrt(mean(h^2) + eps) * weight in
+    fp32, h = x, or bf16(x + residual) written back into ``residual`` (vLLM's fused_add_rms_norm).
+
+    ``x`` [T, H] bf16 CUDA tensor (last dim contiguous), ``weight`` [H] bf16. ``out_format``:
+    "bf16" -> out [T, H] bf16, scale None; "fp8" -> out [T, H] float8_e4m3fn and scale
+    [T, ceil(H/128)] f32 (amax / 448 per 128 columns); "nvfp4" -> out [T, H/2] uint8 (E2M1
+    pairs, even element in the low nibble) and scale [T, H/16] float8_e4m3fn, under
+    ``global_scale`` (ModelOpt's input_scale: a [1] f32 CUDA tensor, or a float, which is copied
+    to the device: pass a tensor while capturing a CUDA graph). ``out`` / ``out_scale`` are
+    allocated when not given (torch). ``inv_rms``: an optional [T] f32 tensor that receives each
+    row's 1/rms. Runs on torch's current stream of x's device (or ``stream``). Returns
+    (out, scale)."""
+    if out_format not in ("bf16", "fp8", "nvfp4"):
+        raise Error(f"rmsnorm_quant: out_format must be 'bf16', 'fp8' or 'nvfp4', got {out_format!r}")
+    if out is None or (out_format != "bf16" and out_scale is None) or (
+        out_format == "nvfp4" and isinstance(global_scale, (int, float))
+    ):
+        import torch
+
+        if not isinstance(x, torch.Tensor) or x.dim() != 2:
+            raise Error("rmsnorm_quant: allocating out needs x as a 2-d torch tensor; pass out (and out_scale)")
+        T, H = x.shape
+        if out_format == "nvfp4" and H % 16:
+            raise Error(f"rmsnorm_quant: an nvfp4 out needs H to be a multiple of 16, got H = {H}")
+        e4m3 = getattr(torch, "float8_e4m3fn", torch.uint8)
+        if out is None:
+            if out_format == "bf16":
+                out = torch.empty((T, H), dtype=torch.bfloat16, device=x.device)
+            elif out_format == "fp8":
+                out = torch.empty((T, H), dtype=e4m3, device=x.device)
+            else:
+                out = torch.empty((T, H // 2), dtype=torch.uint8, device=x.device)
+        if out_scale is None and out_format == "fp8":
+            out_scale = torch.empty((T, (H + 127) // 128), dtype=torch.float32, device=x.device)
+        if out_scale is None and out_format == "nvfp4":
+            out_scale = torch.empty((T, H // 16), dtype=e4m3, device=x.device)
+        if isinstance(global_scale, (int, float)):
+            global_scale = torch.tensor([float(global_scale)], dtype=torch.float32, device=x.device)
+    _fusedmoe.rmsnorm_quant(
+        _arg(x), _arg(weight), float(eps), out_format, _arg(out), _arg(out_scale), _arg(residual),
+        _arg(global_scale), _arg(inv_rms), pdl, _stream_for(x, stream),
+    )
+    return out, out_scale
+
+
+def rope(
+    q: Any,
+    positions: Any,
+    cos_sin_cache: Any,
+    rope_dim: int,
+    k: Any = None,
+    style: str = "neox",
+    inverse: bool = False,
+    bad_position_count: Any = None,
+    stream: Optional[int] = None,
+) -> None:
+    """Rotary position embedding in place (fusedmoe::rope): the last ``rope_dim`` values of every
+    head of ``q`` [T, Hq, head_dim] (and of ``k`` [T, Hk, head_dim], same dtype) are rotated by
+    their token's position. bf16, f16 or f32 CUDA tensors whose last dimension is contiguous; any
+    token and head strides (a q / k slice of a fused qkv tensor works). ``positions`` [T] int32 or
+    int64; ``cos_sin_cache`` [max_position, rope_dim] float32, contiguous, vLLM's layout (cos of
+    the rope_dim/2 frequencies, then sin). ``style``: "neox" pairs (i, i + rope_dim/2), "gptj"
+    pairs (2i, 2i + 1). ``inverse`` rotates by -angle. A position outside [0, max_position)
+    leaves its token unchanged and adds 1 to ``bad_position_count`` (an optional [1] int32 CUDA
+    tensor). Runs on torch's current stream of q's device (or ``stream``); returns None."""
+    _fusedmoe.rope(
+        _arg(q), _arg(positions), _arg(cos_sin_cache), int(rope_dim), _arg(k), style, bool(inverse),
+        _arg(bad_position_count), _stream_for(q, stream),
+    )
+
+
 __all__ = [
     "ActivationConfig",
     "ActivationFn",
@@ -147,4 +232,6 @@ __all__ = [
     "quantize_fp8_block",
     "quantize_fp8_per_token",
     "quantize_nvfp4",
+    "rmsnorm_quant",
+    "rope",
 ]

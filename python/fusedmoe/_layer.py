@@ -34,6 +34,8 @@ def _require_torch(what: str) -> Any:
 
 _TORCH_VIEW = {  # fusedmoe DType of a checkpoint tensor -> the torch dtype its bytes are viewed as
     "e4m3": "float8_e4m3fn",
+    "e2m1x2": "uint8",  # codes: the layer reads uint8 bytes as the format the config names
+    "ue8m0": "uint8",
     "bf16": "bfloat16",
     "f32": "float32",
     "i32": "int32",
@@ -47,7 +49,13 @@ class MoeLayer:
     The weights are torch CUDA tensors in checkpoint layouts (``MoeLayerWeights``): ``w13``
     [E, 2I, H] and ``w2`` [E, H, I] in ``torch.float8_e4m3fn`` (or uint8 codes) with
     ``w13_scale`` [E, ceil(2I/128), ceil(H/128)] and ``w2_scale`` [E, ceil(H/128), ceil(I/128)]
-    f32 (DeepSeek ``weight_scale_inv``), or bf16 without scales; ``b13`` [E, 2I] / ``b2`` [E, H]
+    f32 (DeepSeek ``weight_scale_inv``), or bf16 without scales. 4-bit weights (``nvfp4`` /
+    ``mxfp4`` configs, run with bf16 activations) are uint8 [E, 2I, H/2]
+    and [E, H, I/2], two E2M1 values per byte with the even element in the low nibble; NVFP4
+    with ``w13_scale`` [E, 2I, H/16] / ``w2_scale`` [E, H, I/16] E4M3 (``float8_e4m3fn`` or
+    uint8) and the f32 ``w13_scale_2`` [E, 2] or [E] / ``w2_scale_2`` [E] (ModelOpt
+    ``weight_scale_2``); MXFP4 (gpt-oss) with ``w13_scale`` [E, 2I, H/32] / ``w2_scale``
+    [E, H, I/32] UE8M0 (uint8 or ``float8_e8m0fnu``); ``b13`` [E, 2I] / ``b2`` [E, H]
     (config.expert_bias), ``routing_bias`` [E] f32, the shared expert ``shared_w13`` [2S, H],
     ``shared_w2`` [H, S] (+ scales) and ``shared_gate`` [H] bf16. They are read once, by the
     constructor, which re-lays them into memory the layer owns (on torch's current stream of
@@ -72,6 +80,10 @@ class MoeLayer:
         shared_w2: Any = None,
         shared_w2_scale: Any = None,
         shared_gate: Any = None,
+        w13_scale_2: Any = None,
+        w2_scale_2: Any = None,
+        shared_w13_scale_2: Any = None,
+        shared_w2_scale_2: Any = None,
         stream: Optional[int] = None,
     ) -> None:
         if isinstance(config, str):
@@ -88,7 +100,8 @@ class MoeLayer:
             self._impl = _ext._Layer(
                 config, arg(w13), arg(w13_scale), arg(w2), arg(w2_scale), arg(b13), arg(b2),
                 arg(routing_bias), arg(shared_w13), arg(shared_w13_scale), arg(shared_w2),
-                arg(shared_w2_scale), arg(shared_gate), stream,
+                arg(shared_w2_scale), arg(shared_gate), arg(w13_scale_2), arg(w2_scale_2),
+                arg(shared_w13_scale_2), arg(shared_w2_scale_2), stream,
             )
         self._device: int = self._impl.device
         self._hidden: int = config.hidden
@@ -113,8 +126,10 @@ class MoeLayer:
         cfg, tensors = load_moe_layer(path, layer)
         if cfg.weight_precision.name == "nvfp4":
             raise Error(
-                f"MoeLayer.from_pretrained: {path} layer {layer} has NVFP4 weights; the GPU layer "
-                "has no NVFP4 path yet (fusedmoe.load_moe_layer reads them for the CPU reference)"
+                f"MoeLayer.from_pretrained: {path} layer {layer} is a ModelOpt NVFP4 checkpoint, "
+                "whose activations are NVFP4 too (W4A4), which the GPU layer does not run (it "
+                "runs 4-bit weights with bf16 activations; fusedmoe.load_moe_layer reads the "
+                "checkpoint for the CPU reference)"
             )
         torch = _require_torch("MoeLayer.from_pretrained")
         dev = torch.device(device)

@@ -33,6 +33,8 @@
 #include "fusedmoe/gemv.hpp"
 #include "fusedmoe/layer.hpp"
 #include "fusedmoe/moe.hpp"
+#include "fusedmoe/norm.hpp"
+#include "fusedmoe/rope.hpp"
 #include "fusedmoe/types.hpp"
 #if FMOE_PY_HAS_CHECKPOINT
 #include "fusedmoe/checkpoint.hpp"
@@ -85,6 +87,7 @@ std::string dlpack_dtype_name(nb::dlpack::dtype d) {
 }
 
 std::string expected_text(DType want, ByteAs byte_as) {
+  if (want == DType::i64) return "i32 or i64";  // the only i64 argument (rope positions) takes both
   std::string s = dtype_name(want);
   if (byte_as != ByteAs::none) s += " (or uint8 codes)";
   return s;
@@ -103,6 +106,9 @@ DType map_dtype(const char* op, const char* name, nb::dlpack::dtype d, DType wan
         break;
       case dl::kInt:
         if (d.bits == 32) return DType::i32;
+        // int64 only where an op takes it (rope positions): elsewhere the op's message keeps
+        // naming the DLPack type ("must be i32, got int64").
+        if (d.bits == 64 && want == DType::i64) return DType::i64;
         break;
       case dl::kUInt:
         if (d.bits == 8) {
@@ -319,10 +325,24 @@ MoeLayerWeights layer_weights(const MoeConfig& cfg, nb::handle w13, nb::handle w
                               nb::handle w2, nb::handle w2_scale, nb::handle b13, nb::handle b2,
                               nb::handle routing_bias, nb::handle shared_w13,
                               nb::handle shared_w13_scale, nb::handle shared_w2,
-                              nb::handle shared_w2_scale, nb::handle shared_gate, Keep& keep) {
-  const DType wt = cfg.weight_precision == Precision::bf16 ? DType::bf16 : DType::e4m3;
+                              nb::handle shared_w2_scale, nb::handle shared_gate,
+                              nb::handle w13_scale_2, nb::handle w2_scale_2,
+                              nb::handle shared_w13_scale_2, nb::handle shared_w2_scale_2,
+                              Keep& keep) {
+  // Values and block scales by the weight format (uint8 tensors are read as the codes):
+  // bf16; fp8 e4m3 + f32 128x128 scales; nvfp4 e2m1x2 + e4m3 per 16 + f32 globals (scale_2);
+  // mxfp4 e2m1x2 + ue8m0 per 32.
+  const Precision p = cfg.weight_precision;
+  const bool fp4 = p == Precision::nvfp4 || p == Precision::mxfp4;
+  const DType wt = p == Precision::bf16 ? DType::bf16 : fp4 ? DType::e2m1x2 : DType::e4m3;
+  const ByteAs wb = fp4 ? ByteAs::e2m1x2 : ByteAs::e4m3;
+  const DType st = p == Precision::nvfp4 ? DType::e4m3 : p == Precision::mxfp4 ? DType::ue8m0 : DType::f32;
+  const ByteAs sb = p == Precision::nvfp4 ? ByteAs::e4m3 : p == Precision::mxfp4 ? ByteAs::ue8m0 : ByteAs::none;
   auto weight = [&](const char* name, nb::handle h) {
-    return tensor_arg(Spec{kLayerOp, name, wt, ByteAs::e4m3}, h, keep);
+    return tensor_arg(Spec{kLayerOp, name, wt, wb}, h, keep);
+  };
+  auto scale = [&](const char* name, nb::handle h) {
+    return tensor_arg(Spec{kLayerOp, name, st, sb}, h, keep);
   };
   auto f32 = [&](const char* name, nb::handle h) {
     return tensor_arg(Spec{kLayerOp, name, DType::f32}, h, keep);
@@ -332,16 +352,20 @@ MoeLayerWeights layer_weights(const MoeConfig& cfg, nb::handle w13, nb::handle w
   };
   MoeLayerWeights w;
   w.w13 = weight("w13", w13);
-  w.w13_scale = f32("w13_scale", w13_scale);
+  w.w13_scale = scale("w13_scale", w13_scale);
+  w.w13_scale_2 = f32("w13_scale_2", w13_scale_2);
   w.w2 = weight("w2", w2);
-  w.w2_scale = f32("w2_scale", w2_scale);
+  w.w2_scale = scale("w2_scale", w2_scale);
+  w.w2_scale_2 = f32("w2_scale_2", w2_scale_2);
   w.b13 = f32("b13", b13);
   w.b2 = f32("b2", b2);
   w.routing_bias = f32("routing_bias", routing_bias);
   w.shared_w13 = weight("shared_w13", shared_w13);
-  w.shared_w13_scale = f32("shared_w13_scale", shared_w13_scale);
+  w.shared_w13_scale = scale("shared_w13_scale", shared_w13_scale);
+  w.shared_w13_scale_2 = f32("shared_w13_scale_2", shared_w13_scale_2);
   w.shared_w2 = weight("shared_w2", shared_w2);
-  w.shared_w2_scale = f32("shared_w2_scale", shared_w2_scale);
+  w.shared_w2_scale = scale("shared_w2_scale", shared_w2_scale);
+  w.shared_w2_scale_2 = f32("shared_w2_scale_2", shared_w2_scale_2);
   w.shared_gate = bf16("shared_gate", shared_gate);
   FMOE_REQUIRE(w.w13.data != nullptr, "%s: w13 is required", kLayerOp);
   FMOE_REQUIRE(w.w2.data != nullptr, "%s: w2 is required", kLayerOp);
@@ -354,13 +378,16 @@ class PyLayer {
   PyLayer(const MoeConfig& cfg, nb::handle w13, nb::handle w13_scale, nb::handle w2,
           nb::handle w2_scale, nb::handle b13, nb::handle b2, nb::handle routing_bias,
           nb::handle shared_w13, nb::handle shared_w13_scale, nb::handle shared_w2,
-          nb::handle shared_w2_scale, nb::handle shared_gate, uintptr_t stream)
+          nb::handle shared_w2_scale, nb::handle shared_gate, nb::handle w13_scale_2,
+          nb::handle w2_scale_2, nb::handle shared_w13_scale_2, nb::handle shared_w2_scale_2,
+          uintptr_t stream)
       : cfg_(cfg) {
     cfg.validate();
     Keep keep;
     const MoeLayerWeights w =
         layer_weights(cfg, w13, w13_scale, w2, w2_scale, b13, b2, routing_bias, shared_w13,
-                      shared_w13_scale, shared_w2, shared_w2_scale, shared_gate, keep);
+                      shared_w13_scale, shared_w2, shared_w2_scale, shared_gate, w13_scale_2,
+                      w2_scale_2, shared_w13_scale_2, shared_w2_scale_2, keep);
     device_ = w.w13.device_index;
 #if defined(FMOE_HAS_CUDA)
     nb::gil_scoped_release nogil;
@@ -477,6 +504,42 @@ class PyLayer {
   std::unique_ptr<MoeLayer> layer_;
 #endif
 };
+
+// ---- RMSNorm + quantize --------------------------------------------------------------------------
+
+/// out_format ("bf16", "fp8", "nvfp4") says what out (and out_scale) must be: a uint8 out is read as
+/// e4m3 codes for "fp8" and as e2m1 pairs for "nvfp4", so the format is checked here.
+void py_rmsnorm_quant(nb::handle x, nb::handle weight, float eps, const std::string& out_format,
+                      nb::handle out, nb::handle out_scale, nb::handle residual,
+                      nb::handle global_scale, nb::handle inv_rms, bool pdl, uintptr_t stream) {
+  const char* op = "rmsnorm_quant";
+  const bool f8 = out_format == "fp8", nv = out_format == "nvfp4";
+  FMOE_REQUIRE(f8 || nv || out_format == "bf16", "%s: out_format must be 'bf16', 'fp8' or 'nvfp4', got '%s'",
+               op, out_format.c_str());
+  const DType out_t = f8 ? DType::e4m3 : nv ? DType::e2m1x2 : DType::bf16;
+  const ByteAs out_bytes = f8 ? ByteAs::e4m3 : nv ? ByteAs::e2m1x2 : ByteAs::none;
+  Keep keep;
+  RmsNormQuantArgs a;
+  a.x = tensor_arg(Spec{op, "x", DType::bf16}, x, keep);
+  a.weight = tensor_arg(Spec{op, "weight", DType::bf16}, weight, keep);
+  a.eps = eps;
+  a.out = tensor_arg(Spec{op, "out", out_t, out_bytes, Place::cuda, true}, out, keep);
+  FMOE_REQUIRE(a.out.data == nullptr || a.out.dtype == out_t, "%s: out_format '%s' needs out of dtype %s, got %s",
+               op, out_format.c_str(), expected_text(out_t, out_bytes).c_str(), a.out.describe().c_str());
+  a.out_scale = tensor_arg(Spec{op, "out_scale", nv ? DType::e4m3 : DType::f32, nv ? ByteAs::e4m3 : ByteAs::none,
+                                Place::cuda, true}, out_scale, keep);
+  a.residual = tensor_arg(Spec{op, "residual", DType::bf16, ByteAs::none, Place::cuda, true}, residual, keep);
+  a.global_scale = tensor_arg(Spec{op, "global_scale", DType::f32}, global_scale, keep);
+  a.inv_rms = tensor_arg(Spec{op, "inv_rms", DType::f32, ByteAs::none, Place::cuda, true}, inv_rms, keep);
+  a.pdl = pdl;
+#if defined(FMOE_HAS_CUDA)
+  nb::gil_scoped_release nogil;
+  rmsnorm_quant(a, as_stream(stream));
+#else
+  (void)stream;
+  no_cuda(op);
+#endif
+}
 
 // ---- the NVFP4 GEMV ------------------------------------------------------------------------------
 
@@ -726,6 +789,34 @@ std::pair<MoeConfig, nb::dict> py_load_moe_layer(const std::string& dir, int lay
 
 }  // namespace
 
+// ---- RoPE ----------------------------------------------------------------------------------------
+// In place on q (and k); `style` by name ("neox" / "gptj"), checked here so the message names it.
+static void py_rope(nb::handle q, nb::handle positions, nb::handle cos_sin_cache, int rope_dim,
+                    nb::handle k, const std::string& style, bool inverse, nb::handle bad_position_count,
+                    uintptr_t stream) {
+  const char* op = "rope";
+  FMOE_REQUIRE(style == "neox" || style == "gptj", "%s: style must be 'neox' or 'gptj', got '%s'", op,
+               style.c_str());
+  Keep keep;
+  RopeArgs a;
+  a.q = tensor_arg(Spec{op, "q", DType::bf16, ByteAs::none, Place::cuda, true}, q, keep);
+  a.k = tensor_arg(Spec{op, "k", DType::bf16, ByteAs::none, Place::cuda, true}, k, keep);
+  a.positions = tensor_arg(Spec{op, "positions", DType::i64}, positions, keep);
+  a.cos_sin_cache = tensor_arg(Spec{op, "cos_sin_cache", DType::f32}, cos_sin_cache, keep);
+  a.bad_position_count =
+      tensor_arg(Spec{op, "bad_position_count", DType::i32, ByteAs::none, Place::cuda, true}, bad_position_count, keep);
+  a.rope_dim = rope_dim;
+  a.style = style == "gptj" ? RopeStyle::gptj : RopeStyle::neox;
+  a.inverse = inverse;
+#if defined(FMOE_HAS_CUDA)
+  nb::gil_scoped_release nogil;
+  rope(a, as_stream(stream));
+#else
+  (void)stream;
+  no_cuda(op);
+#endif
+}
+
 NB_MODULE(_fusedmoe, m) {
   m.doc() = "fusedmoe: fused Mixture-of-Experts layers for Hopper GPUs (the C++ library's binding)";
   nb::exception<Error>(m, "Error", PyExc_RuntimeError);
@@ -739,7 +830,8 @@ NB_MODULE(_fusedmoe, m) {
       .value("e4m3", DType::e4m3)
       .value("e2m1x2", DType::e2m1x2)
       .value("ue8m0", DType::ue8m0)
-      .value("i32", DType::i32);
+      .value("i32", DType::i32)
+      .value("i64", DType::i64);
   nb::enum_<RoutingFn>(m, "RoutingFn")
       .value("softmax_topk", RoutingFn::softmax_topk)
       .value("sigmoid_grouped_topk", RoutingFn::sigmoid_grouped_topk)
@@ -751,7 +843,8 @@ NB_MODULE(_fusedmoe, m) {
   nb::enum_<Precision>(m, "Precision")
       .value("bf16", Precision::bf16)
       .value("fp8_block", Precision::fp8_block)
-      .value("nvfp4", Precision::nvfp4);
+      .value("nvfp4", Precision::nvfp4)
+      .value("mxfp4", Precision::mxfp4);
   nb::enum_<ReductionMode>(m, "ReductionMode")
       .value("fast", ReductionMode::fast)
       .value("deterministic", ReductionMode::deterministic);
@@ -818,11 +911,12 @@ NB_MODULE(_fusedmoe, m) {
   nb::class_<PyLayer>(m, "_Layer", "The library's MoeLayer; fusedmoe.MoeLayer wraps it for torch")
       .def(nb::init<const MoeConfig&, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle,
                     nb::handle, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle,
-                    nb::handle, uintptr_t>(),
+                    nb::handle, nb::handle, nb::handle, nb::handle, nb::handle, uintptr_t>(),
            "config"_a, "w13"_a.none(), "w13_scale"_a.none(), "w2"_a.none(), "w2_scale"_a.none(), "b13"_a.none(),
            "b2"_a.none(), "routing_bias"_a.none(), "shared_w13"_a.none(),
            "shared_w13_scale"_a.none(), "shared_w2"_a.none(), "shared_w2_scale"_a.none(),
-           "shared_gate"_a.none(), "stream"_a)
+           "shared_gate"_a.none(), "w13_scale_2"_a.none(), "w2_scale_2"_a.none(),
+           "shared_w13_scale_2"_a.none(), "shared_w2_scale_2"_a.none(), "stream"_a)
       .def_prop_ro("config", &PyLayer::config)
       .def_prop_ro("device", &PyLayer::device)
       .def_prop_ro("prepared_bytes", &PyLayer::prepared_bytes)
@@ -851,6 +945,11 @@ NB_MODULE(_fusedmoe, m) {
   m.def("quantize_nvfp4", &py_quantize_nvfp4, "x"_a.none(), "global_scale"_a = nb::none(),
         "NVFP4 (ModelOpt): x [R, C] f32 -> (packed uint8 [R, C/2], block_scales uint8 e4m3 "
         "[R, C/16], global_scale); the global scale is amax/(6*448) unless given.");
+  m.def("rmsnorm_quant", &py_rmsnorm_quant, "x"_a.none(), "weight"_a.none(), "eps"_a, "out_format"_a,
+        "out"_a.none(), "out_scale"_a.none(), "residual"_a.none(), "global_scale"_a.none(),
+        "inv_rms"_a.none(), "pdl"_a, "stream"_a,
+        "Fused RMSNorm + quantize (fusedmoe::rmsnorm_quant) on given CUDA tensors; "
+        "fusedmoe.rmsnorm_quant allocates the outputs.");
   m.def("dequantize_nvfp4", &py_dequantize_nvfp4, "packed"_a.none(), "block_scales"_a.none(),
         "global_scale"_a);
   m.def("e4m3_from_float", [](nb::handle x) {
@@ -876,4 +975,8 @@ NB_MODULE(_fusedmoe, m) {
 #if FMOE_PY_HAS_CHECKPOINT
   m.def("load_moe_layer", &py_load_moe_layer, "dir"_a, "layer"_a);
 #endif
+  m.def("rope", &py_rope, "q"_a.none(), "positions"_a.none(), "cos_sin_cache"_a.none(), "rope_dim"_a,
+        "k"_a.none(), "style"_a, "inverse"_a, "bad_position_count"_a.none(), "stream"_a,
+        "RoPE in place (fusedmoe::rope): the last rope_dim values of each head of q [T, Hq, D] "
+        "(and k [T, Hk, D]) rotated by cos_sin_cache [max_position, rope_dim] f32 at positions [T].");
 }

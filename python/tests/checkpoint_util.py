@@ -130,6 +130,52 @@ def write_gpt_oss(d, E: int, H: int, I: int, layer: int, seed: int = 0) -> Dict[
     }
 
 
+def write_gpt_oss_mxfp4(d, E: int, H: int, I: int, layer: int, seed: int = 0) -> Dict[str, np.ndarray]:
+    """gpt-oss's MXFP4 release layout: experts.gate_up_proj_blocks U8 [E, 2I, H/32, 16] (rows gate
+    2i / up 2i + 1, even element in the low nibble) + _scales U8 [E, 2I, H/32] (UE8M0),
+    down_proj_blocks [E, H, I/32, 16] + _scales, bf16 biases, router.weight and router.bias.
+    Returns what load_moe_layer must give back (codes as uint8 [E, 2I, H/2], scales as uint8)."""
+    cfg = dict(model_type="gpt_oss", hidden_size=H, intermediate_size=I, num_local_experts=E,
+               num_experts_per_tok=2, swiglu_limit=7.0,
+               quantization_config=dict(quant_method="mxfp4", modules_to_not_convert=["model.layers.*.self_attn"]))
+    (d / "config.json").write_text(json.dumps(cfg))
+    rng = np.random.default_rng(seed)
+    p = f"model.layers.{layer}.mlp."
+
+    def bf16(shape, scale):
+        return fusedmoe.bf16_from_float(((rng.random(shape, dtype=np.float32) * 2 - 1) * np.float32(scale)))
+
+    def scales(shape, fan_in):  # powers of two near sqrt(3 / fan_in) / 4.5, spanning 2 binades
+        e0 = int(round(np.log2(np.sqrt(3.0 / fan_in) / 4.5)))
+        return (127 + e0 - 1 + rng.integers(0, 3, shape)).astype(np.uint8)
+
+    gu_blocks = rng.integers(0, 256, (E, 2 * I, H // 32, 16), dtype=np.uint8)
+    d_blocks = rng.integers(0, 256, (E, H, I // 32, 16), dtype=np.uint8)
+    gu_scales, d_scales = scales((E, 2 * I, H // 32), H), scales((E, H, I // 32), I)
+    b13, b2 = bf16((E, 2 * I), 0.1), bf16((E, H), 0.1)
+    router, router_bias = bf16((E, H), 0.05), bf16((E,), 0.5)
+    write_safetensors(d / "model.safetensors", {
+        p + "experts.gate_up_proj_blocks": ("U8", gu_blocks),
+        p + "experts.gate_up_proj_scales": ("U8", gu_scales),
+        p + "experts.gate_up_proj_bias": ("BF16", b13),
+        p + "experts.down_proj_blocks": ("U8", d_blocks),
+        p + "experts.down_proj_scales": ("U8", d_scales),
+        p + "experts.down_proj_bias": ("BF16", b2),
+        p + "router.weight": ("BF16", router),
+        p + "router.bias": ("BF16", router_bias),
+    })
+    return {
+        "w13": gu_blocks.reshape(E, 2 * I, H // 2),
+        "w13_scale": gu_scales,
+        "w2": d_blocks.reshape(E, H, I // 2),
+        "w2_scale": d_scales,
+        "b13": b13,
+        "b2": b2,
+        "routing_bias": (router_bias.astype(np.uint32) << 16).view(np.float32),
+        "router_weight": router,
+    }
+
+
 def write_nvfp4(d, E: int, H: int, I: int, layer: int, seed: int = 0) -> None:
     """A ModelOpt NVFP4 checkpoint (hf_quant_config.json; per-expert packed weight U8 [N, K/2],
     weight_scale F8_E4M3 [N, K/16], weight_scale_2 and input_scale F32 scalars) with random bytes:

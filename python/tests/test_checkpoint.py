@@ -15,7 +15,8 @@ pytestmark = pytest.mark.skipif(
 )
 
 E, H, I = 4, 256, 128
-STORED = {DType.e4m3: np.uint8, DType.bf16: np.int16, DType.f32: np.float32}
+STORED = {DType.e4m3: np.uint8, DType.e2m1x2: np.uint8, DType.ue8m0: np.uint8, DType.bf16: np.int16,
+          DType.f32: np.float32}
 
 
 def check_tensors(tensors, want):
@@ -73,6 +74,15 @@ def test_gpt_oss_bf16(tmp_path):
     assert tensors["b13"][1] == DType.bf16 and tensors["routing_bias"][1] == DType.f32
 
 
+def test_gpt_oss_mxfp4(tmp_path):
+    want = ck.write_gpt_oss_mxfp4(tmp_path, E, H, 64, layer=2, seed=7)
+    cfg, tensors = fusedmoe.load_moe_layer(tmp_path, 2)
+    assert cfg.weight_precision == Precision.mxfp4 and cfg.activation_precision == Precision.bf16
+    assert tensors["w13"][1] == DType.e2m1x2 and tensors["w13_scale"][1] == DType.ue8m0
+    assert "w13_scale_2" not in tensors
+    check_tensors(tensors, want)
+
+
 def test_nvfp4_is_read_with_its_scales(tmp_path):
     ck.write_nvfp4(tmp_path, E, H, I, layer=0, seed=6)
     cfg, tensors = fusedmoe.load_moe_layer(tmp_path, 0)
@@ -86,5 +96,5 @@ def test_nvfp4_is_read_with_its_scales(tmp_path):
 
 def test_from_pretrained_refuses_nvfp4_before_upload(tmp_path):
     ck.write_nvfp4(tmp_path, E, H, I, layer=0)
-    with pytest.raises(Error, match="NVFP4 weights; the GPU layer has no NVFP4 path yet"):
+    with pytest.raises(Error, match="is a ModelOpt NVFP4 checkpoint, whose activations are NVFP4 too"):
         fusedmoe.MoeLayer.from_pretrained(tmp_path, 0)

@@ -57,7 +57,8 @@ def inputs(cfg, T, seed):
             torch_ref.tie_free_logits(T, cfg.num_experts, seed, "cuda"))
 
 
-@pytest.mark.parametrize("precision", [Precision.fp8_block, Precision.bf16], ids=["fp8", "bf16"])
+@pytest.mark.parametrize("precision", [Precision.fp8_block, Precision.bf16, Precision.nvfp4, Precision.mxfp4],
+                         ids=["fp8", "bf16", "nvfp4", "mxfp4"])
 @pytest.mark.parametrize("name", PRESETS)
 def test_every_preset_scaled_down(name, precision):
     cfg = torch_ref.scaled(name, 256, 128, 32, precision)
@@ -271,3 +272,28 @@ def test_from_pretrained(tmp_path, family):
     check(layer(x, logits), torch_ref.layer(cfg, d, x, logits), f"from_pretrained {family}")
     logits = (x.float() @ r.float().T).contiguous()  # the router as the checkpoint has it
     check(layer(x, logits), torch_ref.layer(cfg, d, x, logits), f"from_pretrained {family}, router logits")
+
+
+@pytest.mark.skipif(not fusedmoe.has_checkpoint_loader, reason="this build has no checkpoint loader")
+def test_from_pretrained_gpt_oss_mxfp4(tmp_path):
+    """gpt-oss's MXFP4 release layout, read, uploaded and run (W4A16) against torch on the same
+    codes and scales, dequantized in torch."""
+    import checkpoint_util as ck
+
+    E, H, I = 8, 256, 128
+    want = ck.write_gpt_oss_mxfp4(tmp_path, E, H, I, layer=1, seed=5)
+    layer = fusedmoe.MoeLayer.from_pretrained(tmp_path, 1)
+    cfg = layer.config
+    assert cfg.weight_precision == Precision.mxfp4 and cfg.activation_precision == Precision.bf16
+    w = {}
+    for name, a in want.items():
+        if name == "router_weight":
+            continue
+        if a.dtype == np.uint16:  # bf16 bits
+            w[name] = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16).cuda()
+        else:
+            w[name] = torch.from_numpy(np.ascontiguousarray(a)).cuda()
+    d = torch_ref.dequantized(cfg, w)
+    for T in (1, 24, 300):
+        x, logits = inputs(cfg, T, seed=62 + T)
+        check(layer(x, logits), torch_ref.layer(cfg, d, x, logits), f"from_pretrained gpt-oss mxfp4 T={T}")

@@ -42,8 +42,42 @@ def scaled(name: str, H: int, I: int, E: int, precision: Precision = Precision.f
     if c.num_shared_experts > 0:
         c.shared_intermediate = I * c.num_shared_experts
     c.weight_precision = c.activation_precision = precision
+    if precision in (Precision.nvfp4, Precision.mxfp4):
+        c.activation_precision = Precision.bf16  # the GPU layer runs 4-bit weights as W4A16
     c.validate()
     return c
+
+
+# E2M1 magnitudes by code (bit 3 the sign): the values a packed nibble holds.
+_E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
+
+def e2m1_unpack_torch(packed):
+    """float32 [.., 2 * n] from packed uint8 [.., n] (even element in the low nibble)."""
+    import torch
+
+    lut = torch.tensor(_E2M1 + tuple(-v for v in _E2M1), dtype=torch.float32, device=packed.device)
+    p = packed.to(torch.int64)
+    vals = torch.stack((lut[p & 0xF], lut[p >> 4]), dim=-1)
+    return vals.reshape(*packed.shape[:-1], packed.shape[-1] * 2)
+
+
+def fp4_dequantize_torch(cfg, w: Dict[str, object], name: str):
+    """float32 [.., N, K] of a 4-bit weight: e2m1 * e4m3 (per 16) * weight_scale_2 (nvfp4), or
+    e2m1 * 2^(ue8m0 - 127) (per 32, mxfp4), in torch."""
+    import torch
+
+    v = e2m1_unpack_torch(w[name])
+    s = w[name + "_scale"]
+    if cfg.weight_precision == Precision.nvfp4:
+        sc = s.view(torch.float8_e4m3fn).float().repeat_interleave(16, -1)
+        g = w[name + "_scale_2"].float()
+        out = v * sc
+        if name.startswith("shared"):
+            return out * g.reshape(-1)[0]
+        return out * g.reshape(-1, 1, 1)
+    sc = torch.exp2(s.to(torch.float32) - 127.0).repeat_interleave(32, -1)
+    return v * sc
 
 
 # ---- weights --------------------------------------------------------------------------------------
@@ -91,6 +125,7 @@ def make_weights(cfg, seed: int, device, quantizer: str = "library") -> Dict[str
     E, H, I = cfg.num_experts, cfg.hidden, cfg.intermediate
     S = cfg.shared_intermediate if cfg.num_shared_experts > 0 else 0
     fp8 = cfg.weight_precision == Precision.fp8_block
+    fp4 = cfg.weight_precision in (Precision.nvfp4, Precision.mxfp4)
 
     def uniform(shape, scale):
         if quantizer == "torch":
@@ -101,6 +136,23 @@ def make_weights(cfg, seed: int, device, quantizer: str = "library") -> Dict[str
     out: Dict[str, object] = {}
 
     def weight(name, shape, fan_in):
+        if fp4:
+            # Codes drawn directly (every E2M1 code), block scales near sqrt(3 / fan_in) / 4.5 so
+            # values reach about the float weights' range: e4m3 0.5..0.94 * a per-matrix global
+            # (nvfp4), or powers of two 2^(e0-1)..2^(e0+1) (mxfp4).
+            amp = math.sqrt(3.0 / fan_in)
+            *lead, n, k = shape
+            out[name] = torch.randint(0, 256, (*lead, n, k // 2), generator=g, dtype=torch.uint8).to(device)
+            if cfg.weight_precision == Precision.nvfp4:
+                out[name + "_scale"] = torch.randint(0x30, 0x40, (*lead, n, k // 16), generator=g,
+                                                     dtype=torch.uint8).to(device)
+                glob = torch.full((lead[0],) if lead else (1,), amp / 4.5, dtype=torch.float32)
+                out[name + "_scale_2"] = glob.to(device)
+            else:
+                e0 = round(math.log2(amp / 4.5))
+                out[name + "_scale"] = (127 + e0 - 1 + torch.randint(0, 3, (*lead, n, k // 32), generator=g)
+                                        ).to(torch.uint8).to(device)
+            return
         w = uniform(shape, math.sqrt(3.0 / fan_in))
         if not fp8:
             out[name] = w.to(torch.bfloat16).to(device)
@@ -134,7 +186,10 @@ def dequantized(cfg, w: Dict[str, object]) -> Dict[str, object]:
     fp8 = cfg.weight_precision == Precision.fp8_block
     for name in ("w13", "w2", "shared_w13", "shared_w2"):
         if name in w:
-            d[name] = fp8_block_dequantize_torch(w[name], w[name + "_scale"]) if fp8 else w[name].float()
+            if cfg.weight_precision in (Precision.nvfp4, Precision.mxfp4):
+                d[name] = fp4_dequantize_torch(cfg, w, name)
+            else:
+                d[name] = fp8_block_dequantize_torch(w[name], w[name + "_scale"]) if fp8 else w[name].float()
     for name in ("b13", "b2", "routing_bias", "shared_gate"):
         if name in w:
             d[name] = w[name].float()

@@ -64,10 +64,12 @@ uint64_t CheckpointLayer::host_bytes() const {
 }
 
 MoeLayerWeights CheckpointLayer::host_weights() {
+  // A ModelOpt NVFP4 checkpoint quantizes the activations too (input_scale, W4A4); the GPU
+  // layer runs 4-bit weights with bf16 activations only.
   FMOE_REQUIRE(config.weight_precision != Precision::nvfp4,
                "checkpoint layer %d (%s): NVFP4 layers run only on the CPU reference for now "
-               "(ref::layer_from_checkpoint); the GPU layer (MoeLayer) takes fp8_block or bf16 "
-               "weights", layer, json::printable(prefix).c_str());
+               "(ref::layer_from_checkpoint); the GPU layer (MoeLayer) takes fp8_block, bf16 or "
+               "mxfp4 checkpoints", layer, json::printable(prefix).c_str());
   MoeLayerWeights w;
   w.w13 = w13.ref();
   w.w13_scale = w13_scale.ref();
@@ -143,14 +145,11 @@ MoeConfig checkpoint_config(const std::string& dir) {
     limits.max_values = 1 << 18;
     return quant_method(json::parse(text, path, limits).root());
   }();
-  FMOE_REQUIRE(method != "mxfp4",
-               "checkpoint %s: gpt-oss's MXFP4 experts (quantization_config.quant_method \"mxfp4\": "
-               "experts.gate_up_proj_blocks / _scales) are not supported yet; a BF16 export of the "
-               "model (experts.gate_up_proj, experts.down_proj) is read", shown(dir).c_str());
-  FMOE_REQUIRE(method.empty() || method == "fp8" || method == "modelopt",
+  FMOE_REQUIRE(method.empty() || method == "fp8" || method == "modelopt" || method == "mxfp4",
                "checkpoint %s: config.json's quantization_config.quant_method %s is not a "
                "checkpoint format fusedmoe reads (\"fp8\" with 128x128 blocks, \"modelopt\" NVFP4, "
-               "or none for BF16)", shown(dir).c_str(), detail::quote_user_text(method, 40).c_str());
+               "\"mxfp4\" as gpt-oss ships it, or none for BF16)", shown(dir).c_str(),
+               detail::quote_user_text(method, 40).c_str());
 
   // ModelOpt exports describe their quantization in hf_quant_config.json (older ones only there).
   std::optional<Precision> override_precision;
@@ -306,6 +305,10 @@ class Loader {
         copy(p + ".weight_scale_2", StDType::f32, {}, reinterpret_cast<uint8_t*>(d.scale_2));
         copy(p + ".input_scale", StDType::f32, {}, reinterpret_cast<uint8_t*>(d.input_scale));
         return;
+      case Precision::mxfp4:  // find_layout sends MXFP4 to gpt-oss's fused layout only
+        FMOE_REQUIRE(false, "checkpoint %s: %s: per-expert MXFP4 projections are not a layout "
+                     "fusedmoe reads (gpt-oss's experts.*_blocks / _scales are)", dir_.c_str(),
+                     shown(p).c_str());
     }
   }
 
@@ -402,10 +405,18 @@ std::string find_prefix(const detail::SafetensorsModel& model, const std::string
 ExpertLayout find_layout(const Loader& rd, const MoeConfig& c, const Family& f, const std::string& p) {
   const std::string fused = p + "experts.gate_up_proj";
   const std::string first = p + "experts.0." + f.gate + ".weight";
-  FMOE_REQUIRE(!rd.has(fused + "_blocks"),
-               "checkpoint %s: %s_blocks / _scales hold gpt-oss's MXFP4 experts, which are not "
-               "supported yet; a BF16 export of the model (experts.gate_up_proj) is read",
-               rd.dir().c_str(), shown(fused).c_str());
+  if (c.weight_precision == Precision::mxfp4 || rd.has(fused + "_blocks")) {
+    // gpt-oss's MXFP4 experts: gate_up_proj_blocks / _scales, down_proj_blocks / _scales.
+    FMOE_REQUIRE(c.weight_precision == Precision::mxfp4,
+                 "checkpoint %s: %s_blocks holds MXFP4 experts but config.json's quantization_config "
+                 "says %s (expected quant_method \"mxfp4\")", rd.dir().c_str(), shown(fused).c_str(),
+                 precision_name(c.weight_precision));
+    FMOE_REQUIRE(c.name == "gpt_oss", "checkpoint %s: MXFP4 experts are read in gpt-oss's layout "
+                 "(model_type \"gpt_oss\"); this model is %s", rd.dir().c_str(),
+                 detail::quote_user_text(c.name, 40).c_str());
+    rd.require(fused + "_blocks");
+    return ExpertLayout::gpt_oss;
+  }
   if (c.name == "gpt_oss") {
     rd.require(fused);
     return ExpertLayout::gpt_oss;
@@ -420,6 +431,7 @@ ExpertLayout find_layout(const Loader& rd, const MoeConfig& c, const Family& f, 
 std::string format_line(Precision p, ExpertLayout l) {
   const char* tensors = p == Precision::fp8_block ? " (weight + weight_scale_inv 128x128)"
                         : p == Precision::nvfp4   ? " (ModelOpt: weight + weight_scale + weight_scale_2 + input_scale)"
+                        : p == Precision::mxfp4   ? " (MXFP4: *_blocks + *_scales, UE8M0 per 32)"
                                                   : "";
   return strf("%s %s%s", precision_name(p), expert_layout_name(l), tensors);
 }
@@ -441,7 +453,8 @@ struct MlpTensors {
     const int64_t I = inter;
     const DType vt = prec == Precision::bf16 ? DType::bf16
                      : prec == Precision::fp8_block ? DType::e4m3 : DType::e2m1x2;
-    const int64_t hk = prec == Precision::nvfp4 ? H / 2 : H, ik = prec == Precision::nvfp4 ? I / 2 : I;
+    const bool fp4 = prec == Precision::nvfp4 || prec == Precision::mxfp4;
+    const int64_t hk = fp4 ? H / 2 : H, ik = fp4 ? I / 2 : I;
     *w13 = make(vt, lead(experts, {2 * I, hk}, shared));
     *w2 = make(vt, lead(experts, {H, ik}, shared));
     if (prec == Precision::fp8_block) {
@@ -458,6 +471,9 @@ struct MlpTensors {
         w2_s2->shape = {experts};
         w2_in->shape = {experts};
       }
+    } else if (prec == Precision::mxfp4) {
+      *w13_scale = make(DType::ue8m0, lead(experts, {2 * I, H / 32}, shared));
+      *w2_scale = make(DType::ue8m0, lead(experts, {H, I / 32}, shared));
     }
   }
   // Expert j's gate (half 0) or up (half 1) projection [I, H], or its down projection [H, I].
@@ -519,10 +535,11 @@ CheckpointLayer load_moe_layer(const std::string& dir, int layer,
   const std::string& p = L.prefix;
   L.layout = find_layout(rd, c, fam, p);
   L.format = format_line(prec, L.layout);
-  FMOE_REQUIRE(L.layout == ExpertLayout::per_expert || prec == Precision::bf16,
+  FMOE_REQUIRE(L.layout == ExpertLayout::per_expert || prec == Precision::bf16 ||
+                   (L.layout == ExpertLayout::gpt_oss && prec == Precision::mxfp4),
                "checkpoint %s: layer %d stores its experts fused (%sexperts.gate_up_proj) with %s "
-               "weights; fused layouts are read in BF16 only", rd.dir().c_str(), layer,
-               shown(p).c_str(), precision_name(prec));
+               "weights; fused layouts are read in BF16 (and gpt-oss's in MXFP4) only",
+               rd.dir().c_str(), layer, shown(p).c_str(), precision_name(prec));
   FMOE_REQUIRE(prec != Precision::fp8_block || I % 128 == 0,
                "checkpoint %s: FP8 block scales of the gate and up projections stack only when "
                "the expert intermediate size is a multiple of 128, it is %lld", rd.dir().c_str(),
@@ -563,6 +580,17 @@ CheckpointLayer load_moe_layer(const std::string& dir, int layer,
       rd.stacked(ex + "down_proj", E, H, I, false, L.w2.bytes.data());
       break;
     case ExpertLayout::gpt_oss:
+      if (prec == Precision::mxfp4) {
+        // Already [out, in] per expert: blocks [E, 2I, H/32, 16] are the codes [E, 2I, H/2]
+        // (even element in the low nibble), rows gate 2i / up 2i + 1 as the clamped SwiGLU
+        // takes them; scales [E, 2I, H/32] UE8M0. Copied as they are.
+        rd.copy(ex + "gate_up_proj_blocks", StDType::u8, {E, 2 * I, H / 32, 16}, L.w13.bytes.data());
+        rd.copy(ex + "gate_up_proj_scales", StDType::u8, {E, 2 * I, H / 32}, L.w13_scale.bytes.data());
+        rd.copy(ex + "down_proj_blocks", StDType::u8, {E, H, I / 32, 16}, L.w2.bytes.data());
+        rd.copy(ex + "down_proj_scales", StDType::u8, {E, H, I / 32}, L.w2_scale.bytes.data());
+        break;
+      }
+      [[fallthrough]];
     case ExpertLayout::llama4:
       // [E, H, 2I] -> [E, 2I, H]: column n becomes row n, so gpt-oss's interleaved gate/up
       // columns become interleaved rows (its clamped SwiGLU's layout) and Llama 4's gate

@@ -13,6 +13,7 @@ size_t dtype_bytes(DType t) {
     case DType::e2m1x2: return 1;
     case DType::ue8m0: return 1;
     case DType::i32: return 4;
+    case DType::i64: return 8;
   }
   FMOE_REQUIRE(false, "dtype_bytes: unknown dtype code %d", int(t));
 }
@@ -26,6 +27,7 @@ const char* dtype_name(DType t) {
     case DType::e2m1x2: return "e2m1x2";
     case DType::ue8m0: return "ue8m0";
     case DType::i32: return "i32";
+    case DType::i64: return "i64";
   }
   return "unknown";
 }

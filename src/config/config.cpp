@@ -32,6 +32,7 @@ const char* precision_name(Precision p) {
     case Precision::bf16: return "bf16";
     case Precision::fp8_block: return "fp8_block";
     case Precision::nvfp4: return "nvfp4";
+    case Precision::mxfp4: return "mxfp4";
   }
   return "?";
 }
@@ -40,7 +41,8 @@ Precision parse_precision(const std::string& s) {
   if (s == "bf16") return Precision::bf16;
   if (s == "fp8" || s == "fp8_block") return Precision::fp8_block;
   if (s == "nvfp4") return Precision::nvfp4;
-  FMOE_REQUIRE(false, "precision %s is not one of bf16, fp8, nvfp4",
+  if (s == "mxfp4") return Precision::mxfp4;
+  FMOE_REQUIRE(false, "precision %s is not one of bf16, fp8, nvfp4, mxfp4",
                detail::quote_user_text(s).c_str());
 }
 
@@ -124,10 +126,18 @@ void MoeConfig::validate() const {
   const Precision w = weight_precision, a = activation_precision;
   const bool ok = (w == Precision::bf16 && a == Precision::bf16) ||
                   (w == Precision::fp8_block && a == Precision::fp8_block) ||
-                  (w == Precision::nvfp4 && (a == Precision::bf16 || a == Precision::nvfp4));
+                  (w == Precision::nvfp4 && (a == Precision::bf16 || a == Precision::nvfp4)) ||
+                  (w == Precision::mxfp4 && a == Precision::bf16);
   FMOE_REQUIRE(ok,
                "%s: weight/activation precision %s/%s is not supported (bf16/bf16, fp8/fp8, "
-               "nvfp4/bf16, nvfp4/nvfp4)", n, precision_name(w), precision_name(a));
+               "nvfp4/bf16, nvfp4/nvfp4, mxfp4/bf16)", n, precision_name(w), precision_name(a));
+  // One UE8M0 scale per 32 values along K: both GEMMs' K (hidden, intermediate) and the shared
+  // MLP's intermediate must hold whole scale blocks.
+  FMOE_REQUIRE(w != Precision::mxfp4 ||
+                   (hidden % 32 == 0 && intermediate % 32 == 0 && shared_intermediate % 32 == 0),
+               "%s: mxfp4 weights need hidden (%d), intermediate (%d) and shared_intermediate (%d) "
+               "to be multiples of 32 (one scale per 32 values)", n, hidden, intermediate,
+               shared_intermediate);
 }
 
 std::string MoeConfig::summary() const {

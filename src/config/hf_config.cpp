@@ -24,7 +24,7 @@ using json::Value;
 using L = ConfigLimits;
 
 // The precision names parse_precision() accepts, for messages that ask for an override.
-constexpr const char* kPrecisionChoices = "bf16, fp8, nvfp4";
+constexpr const char* kPrecisionChoices = "bf16, fp8, nvfp4, mxfp4";
 
 // A JSON number as text: integers exactly, floats shortest round-trip ("2.5", "1e+300").
 std::string number_text(const Value& v) {
@@ -195,9 +195,16 @@ void read_quantization(const Fields* q, MoeConfig& c) {
     c.activation_precision = Precision::bf16;
     return;
   }
+  if (method == "mxfp4") {
+    // gpt-oss: E2M1 experts with one UE8M0 scale per 32 (the *_blocks / *_scales tensors); the
+    // attention and router stay bf16 (modules_to_not_convert), which the MoE layer does not use.
+    c.weight_precision = Precision::mxfp4;
+    c.activation_precision = Precision::bf16;
+    return;
+  }
   FMOE_REQUIRE(false,
                "%s: field \"%s\" = %s is not a format fusedmoe reads (it reads \"fp8\" with "
-               "128x128 blocks, \"modelopt\" NVFP4, or no quantization_config for bf16). To run "
+               "128x128 blocks, \"modelopt\" NVFP4, \"mxfp4\", or no quantization_config for bf16). To run "
                "this model's shapes in one of %s, pass the precision: --precision on the "
                "command line, or the precision_override argument of config_from_hf_json_file",
                q->origin().c_str(), q->name("quant_method").c_str(), quoted(method).c_str(),
@@ -303,7 +310,9 @@ MoeConfig read_family(const Fields& f, const std::string& type, const Fields* qu
   if (precision_override) {
     c.weight_precision = *precision_override;
     c.activation_precision =
-        *precision_override == Precision::nvfp4 ? Precision::bf16 : *precision_override;
+        (*precision_override == Precision::nvfp4 || *precision_override == Precision::mxfp4)
+            ? Precision::bf16
+            : *precision_override;
   } else {
     read_quantization(quant, c);
   }

@@ -248,6 +248,43 @@ void quantize_nvfp4(const float* x, int64_t rows, int64_t cols, float global_sca
   }, 16);
 }
 
+void quantize_mxfp4(const float* x, int64_t rows, int64_t cols, uint8_t* packed, uint8_t* scales) {
+  FMOE_REQUIRE(cols % 32 == 0, "quantize_mxfp4: cols=%lld must be a multiple of 32 (scale block)",
+               (long long)cols);
+  const int64_t nblk = cols / 32;
+  detail::parallel_for(rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * cols;
+      for (int64_t b = 0; b < nblk; ++b) {
+        float amax = 0.0f;
+        for (int c = 0; c < 32; ++c) amax = amax_step(amax, xr[b * 32 + c]);
+        // Inf poisons the block as NaN does (formats.hpp's non-finite policy).
+        const uint8_t s_code = std::isfinite(amax) ? ue8m0_from_float_ceil(amax / kE2M1Max) : 0xFF;
+        scales[r * nblk + b] = s_code;
+        const float s = ue8m0_to_float(s_code);
+        for (int c = 0; c < 32; c += 2) {
+          uint8_t lo = 0, hi = 0;
+          if (amax > 0.0f && s_code != 0xFF) {
+            lo = e2m1_from_float(xr[b * 32 + c] / s);  // a power of two: the division is exact
+            hi = e2m1_from_float(xr[b * 32 + c + 1] / s);
+          }
+          packed[r * (cols / 2) + (b * 32 + c) / 2] = uint8_t(lo | (hi << 4));
+        }
+      }
+    }
+  }, 16);
+}
+
+void dequantize_mxfp4(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
+                      float* x) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint8_t byte = packed[r * (cols / 2) + c / 2];
+      const uint8_t code = (c & 1) ? uint8_t(byte >> 4) : uint8_t(byte & 0xF);
+      x[r * cols + c] = e2m1_to_float(code) * ue8m0_to_float(scales[r * (cols / 32) + c / 32]);
+    }
+}
+
 void dequantize_fp8_per_token_128(const uint8_t* q, const float* scales, int64_t rows,
                                   int64_t cols, float* x) {
   const int64_t nblk = (cols + 127) / 128;

@@ -92,6 +92,30 @@ FMOE_E2M1_HD uint32_t scale_f16x2_to_bf16x2(uint32_t h) {
   return ((h >> 3) & 0x0FFF0FFFu) + 0x6A006A00u;
 }
 
+// ---- MXFP4 (gpt-oss): UE8M0 scales per 32 in the E4M3 slots ----------------------------------
+// The decode above takes E4M3 block scales per 16. An MXFP4 scale 2^(c - 127) (UE8M0 code c,
+// one per 32 values) goes into both of its 16-slots as the E4M3 power of two 2^(c - c_max + 8),
+// c_max the row's largest code, and the row's fp32 factor (the accumulator multiplier that
+// carries NVFP4's global scale) becomes 2^(c_max - 127 - 8). E4M3 holds the powers of two 2^-9 ..
+// 2^8 exactly, so every block within 17 binades of its row's largest is exact; a block further
+// below is stored as zero (it is below 2^-17 of the row's largest block scale, so its values are
+// below 6 * 2^-17 of that block's largest possible one). The CPU reference applies the same rule.
+constexpr int kMxTopExponent = 8;   // the row's largest scale becomes E4M3's 2^8
+constexpr int kMxMinExponent = -9;  // E4M3's smallest power of two (a subnormal)
+
+/// E4M3 code of the power of two 2^p, or 0 (zero) for p below 2^-9. p <= 8.
+FMOE_E2M1_HD uint8_t e4m3_power_of_two(int p) {
+  if (p >= -6) return uint8_t((p + 7) << 3);             // normal: exponent field p + 7
+  if (p >= kMxMinExponent) return uint8_t(1 << (p + 9));  // subnormal: mantissa * 2^-9
+  return 0;
+}
+/// The E4M3 slot value of MXFP4 scale code `code` in a row whose largest code is `row_max`.
+FMOE_E2M1_HD uint8_t mx_scale_slot(int code, int row_max) {
+  return e4m3_power_of_two(code - row_max + kMxTopExponent);
+}
+/// log2 of the row factor (the accumulator multiplier before the 2^26 of kProductShift).
+FMOE_E2M1_HD int mx_row_factor_log2(int row_max) { return row_max - 127 - kMxTopExponent; }
+
 #if defined(__CUDACC__)
 // ---- device: one thread's fragments of one (128-row tile, k-block) ---------------------------
 

@@ -116,11 +116,14 @@ int64_t gate_up_source_row(int pr, int64_t i_base, int64_t n_inter, bool interle
 // reduction (GroupedGemmParams::paired_rows).
 int paired_output(int r) { return r / 16 * 16 + (r % 16 < 8 ? 2 * (r % 16) : 2 * (r % 16 - 8) + 1); }
 
-// One NVFP4 matrix (ModelOpt layout) on the host: codes [rows, K/2], scales [rows, K/16].
-struct Nvfp4Host {
+// One 4-bit matrix on the host, as the decode takes it: codes [rows, K/2] (ModelOpt / gpt-oss
+// layout) and E4M3 scales [rows, K/16]; for MXFP4 the scales are the UE8M0 ones moved into E4M3
+// slots relative to each row's largest, and row_log2 holds each row's factor (e2m1_layout.hpp).
+struct E2m1Host {
   const char* name;
   std::vector<uint8_t> codes, scales;
   int64_t K = 0;
+  std::vector<int> row_log2;  // mxfp4 only
   uint8_t code(int64_t row, int64_t col) const {
     const uint8_t b = codes[size_t(row * (K / 2) + col / 2)];
     return col % 2 ? b >> 4 : b & 0xF;
@@ -128,9 +131,9 @@ struct Nvfp4Host {
   uint8_t scale(int64_t row, int64_t col) const { return scales[size_t(row * (K / 16) + col / 16)]; }
 };
 
-Nvfp4Host nvfp4_to_host(const char* name, const TensorRef& codes, const TensorRef& scales, int64_t K,
-                        cudaStream_t stream) {
-  Nvfp4Host m{name, to_host<uint8_t>(codes, stream), to_host<uint8_t>(scales, stream), K};
+E2m1Host nvfp4_to_host(const char* name, const TensorRef& codes, const TensorRef& scales, int64_t K,
+                       cudaStream_t stream) {
+  E2m1Host m{name, to_host<uint8_t>(codes, stream), to_host<uint8_t>(scales, stream), K, {}};
   // The decode takes finite, non-negative block scales (e2m1_layout.hpp): a NaN or negative
   // scale is a malformed checkpoint, not something to multiply.
   for (size_t i = 0; i < m.scales.size(); ++i) {
@@ -141,6 +144,35 @@ Nvfp4Host nvfp4_to_host(const char* name, const TensorRef& codes, const TensorRe
                  (c & 0x7F) == 0x7F ? "the NaN" : "a negative", c,
                  (long long)(int64_t(i) / (K / 16)), (long long)(int64_t(i) % (K / 16)));
   }
+  return m;
+}
+
+E2m1Host mxfp4_to_host(const char* name, const TensorRef& codes, const TensorRef& scales, int64_t K,
+                       cudaStream_t stream) {
+  using namespace detail::e2m1;
+  const std::vector<uint8_t> mx = to_host<uint8_t>(scales, stream);
+  const int64_t per_row = K / 32, rows = per_row > 0 ? int64_t(mx.size()) / per_row : 0;
+  E2m1Host m{name, to_host<uint8_t>(codes, stream), std::vector<uint8_t>(size_t(rows * (K / 16))), K,
+             std::vector<int>(size_t(rows))};
+  detail::parallel_for(rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* src = mx.data() + r * per_row;
+      int row_max = 0;
+      for (int64_t b = 0; b < per_row; ++b) {
+        // 0xFF is UE8M0's NaN: a malformed checkpoint, not something to multiply.
+        FMOE_REQUIRE(src[b] != 0xFF,
+                     "%s: %s_scale holds the NaN scale code 0xff at row %lld, column block %lld "
+                     "(MXFP4 scales must be finite)", kOp, name, (long long)r, (long long)b);
+        row_max = std::max(row_max, int(src[b]));
+      }
+      m.row_log2[size_t(r)] = mx_row_factor_log2(row_max);
+      for (int64_t b = 0; b < per_row; ++b) {
+        const uint8_t slot = mx_scale_slot(src[b], row_max);
+        m.scales[size_t(r * (K / 16) + 2 * b)] = slot;
+        m.scales[size_t(r * (K / 16) + 2 * b + 1)] = slot;
+      }
+    }
+  }, 64);
   return m;
 }
 
@@ -157,7 +189,7 @@ std::vector<float> global_scales_to_host(const char* name, const TensorRef& t, c
 // columns [col0, col0 + ncols) that fill prepared columns [0, ncols) (the rest is zero); row -1
 // is padding.
 struct RowSource {
-  const Nvfp4Host* m = nullptr;
+  const E2m1Host* m = nullptr;
   int64_t row = -1, col0 = 0, ncols = 0;
 };
 
@@ -201,28 +233,35 @@ std::vector<uint8_t> fill_e2m1_blocks(int64_t tiles, int KB,
   return out;
 }
 
-// NVFP4 weights: read to the host, checked, re-laid into e2m1 blocks in the prepared row orders
-// of the bf16/fp8 paths (GEMM 1: 8-row gate/up pairs, shared chunks appended; GEMM 2: paired
-// output rows), and each prepared row's global scale * 2^26 (the decode's product carries 2^-26).
+// NVFP4 / MXFP4 weights: read to the host, checked, re-laid into e2m1 blocks in the prepared row
+// orders of the bf16/fp8 paths (GEMM 1: 8-row gate/up pairs, shared chunks appended; GEMM 2:
+// paired output rows), and each prepared row's fp32 factor * 2^26 (the decode's product carries
+// 2^-26): NVFP4's global scale, or MXFP4's per-row power of two.
 // NOTE: on the host (seconds for a DeepSeek-V3 layer); a device re-layout kernel is the next step.
-void prepare_nvfp4_weights(MoeLayer::Impl& L, const MoeLayerWeights& w, bool interleaved,
-                           cudaStream_t stream) {
+void prepare_e2m1_weights(MoeLayer::Impl& L, const MoeLayerWeights& w, bool interleaved,
+                          cudaStream_t stream) {
   const int E = L.E, H = L.H, I = L.I, S = L.S;
   const float unit = std::ldexp(1.0f, detail::e2m1::kProductShift);
-  const Nvfp4Host w13 = nvfp4_to_host("w13", w.w13, w.w13_scale, H, stream);
-  const Nvfp4Host w2 = nvfp4_to_host("w2", w.w2, w.w2_scale, I, stream);
-  const std::vector<float> g13 = global_scales_to_host("w13_scale_2", w.w13_scale_2, stream);
-  const std::vector<float> g2 = global_scales_to_host("w2_scale_2", w.w2_scale_2, stream);
+  auto to_host4 = L.mx ? mxfp4_to_host : nvfp4_to_host;
+  const E2m1Host w13 = to_host4("w13", w.w13, w.w13_scale, H, stream);
+  const E2m1Host w2 = to_host4("w2", w.w2, w.w2_scale, I, stream);
+  std::vector<float> g13, g2;
+  if (!L.mx) {
+    g13 = global_scales_to_host("w13_scale_2", w.w13_scale_2, stream);
+    g2 = global_scales_to_host("w2_scale_2", w.w2_scale_2, stream);
+  }
   const int g13_per = int(g13.size()) / E;  // 2: gate, up; 1: one per expert
-  Nvfp4Host sw13, sw2;
+  E2m1Host sw13, sw2;
   sw13.name = "shared_w13";
   sw2.name = "shared_w2";
   std::vector<float> sg13, sg2;
   if (L.C > 0) {
-    sw13 = nvfp4_to_host("shared_w13", w.shared_w13, w.shared_w13_scale, H, stream);
-    sw2 = nvfp4_to_host("shared_w2", w.shared_w2, w.shared_w2_scale, S, stream);
-    sg13 = global_scales_to_host("shared_w13_scale_2", w.shared_w13_scale_2, stream);
-    sg2 = global_scales_to_host("shared_w2_scale_2", w.shared_w2_scale_2, stream);
+    sw13 = to_host4("shared_w13", w.shared_w13, w.shared_w13_scale, H, stream);
+    sw2 = to_host4("shared_w2", w.shared_w2, w.shared_w2_scale, S, stream);
+    if (!L.mx) {
+      sg13 = global_scales_to_host("shared_w13_scale_2", w.shared_w13_scale_2, stream);
+      sg2 = global_scales_to_host("shared_w2_scale_2", w.shared_w2_scale_2, stream);
+    }
   }
   const int rows1 = L.NT1 * 128, rows2 = L.NB2 * 128;
   const int KB1 = int(cdiv(H, detail::e2m1::kBlockK)), KB2 = L.I_pad / detail::e2m1::kBlockK;
@@ -247,6 +286,11 @@ void prepare_nvfp4_weights(MoeLayer::Impl& L, const MoeLayerWeights& w, bool int
       const int64_t n_inter = shared ? S : I, i_base = shared ? int64_t(e - E) * L.I_pad : 0;
       const int64_t src = gate_up_source_row(pr, i_base, n_inter, interleaved);
       if (src < 0) continue;
+      if (L.mx) {
+        const int log2 = shared ? sw13.row_log2[size_t(src)] : w13.row_log2[size_t(int64_t(e) * 2 * I + src)];
+        rs1[size_t(e) * rows1 + pr] = std::ldexp(unit, log2);
+        continue;
+      }
       const int up = interleaved ? int(src % 2) : int(src >= n_inter);
       const float g = shared ? sg13[sg13.size() == 2 ? up : 0] : g13[size_t(e) * g13_per + (g13_per == 2 ? up : 0)];
       rs1[size_t(e) * rows1 + pr] = g * unit;
@@ -274,7 +318,12 @@ void prepare_nvfp4_weights(MoeLayer::Impl& L, const MoeLayerWeights& w, bool int
   };
   std::vector<float> rs2(size_t(L.E_total) * rows2, 0.0f);
   for (int e = 0; e < L.E_total; ++e)
-    for (int pr = 0; pr < H; ++pr) rs2[size_t(e) * rows2 + pr] = (e < E ? g2[size_t(e)] : sg2[0]) * unit;
+    for (int pr = 0; pr < H; ++pr) {
+      const int out = paired_output(pr);
+      rs2[size_t(e) * rows2 + pr] =
+          L.mx ? std::ldexp(unit, e < E ? w2.row_log2[size_t(int64_t(e) * H + out)] : sw2.row_log2[size_t(out)])
+               : (e < E ? g2[size_t(e)] : sg2[0]) * unit;
+    }
   L.w2 = DeviceBuffer::from(fill_e2m1_blocks(int64_t(L.E_total) * L.NB2, KB2, src2));
   L.w2_row_scale = DeviceBuffer::from(rs2);
 }
@@ -291,13 +340,14 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeLayerWeights& w, Stream stream
   Impl& L = *impl_;
   cfg.validate();
   L.cfg = cfg;
-  L.nvfp4 = cfg.weight_precision == Precision::nvfp4;
-  if (L.nvfp4) {
+  L.mx = cfg.weight_precision == Precision::mxfp4;
+  L.e2m1 = L.mx || cfg.weight_precision == Precision::nvfp4;
+  if (L.e2m1) {
     // Hopper has no FP4 tensor cores: the weights are decoded to bf16 in registers (W4A16).
     FMOE_REQUIRE(cfg.activation_precision == Precision::bf16,
-                 "%s: the GPU layer runs NVFP4 weights with bf16 activations (W4A16); the config "
+                 "%s: the GPU layer runs %s weights with bf16 activations (W4A16); the config "
                  "has %s activations (set activation_precision to bf16)", kOp,
-                 precision_name(cfg.activation_precision));
+                 L.mx ? "MXFP4" : "NVFP4", precision_name(cfg.activation_precision));
   } else {
     FMOE_REQUIRE(cfg.activation_precision == cfg.weight_precision,
                  "%s: activations must be in the weights' precision on the GPU (%s weights, %s "
@@ -339,21 +389,24 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeLayerWeights& w, Stream stream
   FMOE_CUDA(cudaGetDevice(&L.device));
   const DeviceState& ds = current_device_state(kOp, w.w13.device_index);
   (void)ds;
-  const DType wt = L.fp8 ? DType::e4m3 : L.nvfp4 ? DType::e2m1x2 : DType::bf16;
+  const DType wt = L.fp8 ? DType::e4m3 : L.e2m1 ? DType::e2m1x2 : DType::bf16;
   const int eb = L.fp8 ? 1 : 2;
   const int E = L.E, H = L.H, I = L.I, S = L.S;
   const int64_t KBh = cdiv(H, 128);
-  const int vd = L.nvfp4 ? 2 : 1;  // elements per stored byte unit of the last dimension
-  const int walign = L.nvfp4 ? 1 : 0;
+  const int vd = L.e2m1 ? 2 : 1;  // elements per stored byte unit of the last dimension
+  const int walign = L.e2m1 ? 1 : 0;
   check_weight("w13", w.w13, wt, {E, 2 * I, H / vd}, L.device, walign);
   check_weight("w2", w.w2, wt, {E, H, I / vd}, L.device, walign);
-  if (!L.nvfp4) {
+  if (!L.e2m1 || L.mx) {
     for (auto [name, t] : {std::pair{"w13_scale_2", &w.w13_scale_2}, {"w2_scale_2", &w.w2_scale_2},
                            {"shared_w13_scale_2", &w.shared_w13_scale_2},
                            {"shared_w2_scale_2", &w.shared_w2_scale_2}})
       require_absent(name, *t, "only NVFP4 weights have global scales");
   }
-  if (L.nvfp4) {
+  if (L.mx) {
+    check_weight("w13_scale", w.w13_scale, DType::ue8m0, {E, 2 * I, H / 32}, L.device, 1);
+    check_weight("w2_scale", w.w2_scale, DType::ue8m0, {E, H, I / 32}, L.device, 1);
+  } else if (L.e2m1) {
     check_weight("w13_scale", w.w13_scale, DType::e4m3, {E, 2 * I, H / 16}, L.device, 1);
     check_weight("w2_scale", w.w2_scale, DType::e4m3, {E, H, I / 16}, L.device, 1);
     check_global_scales("w13_scale_2", w.w13_scale_2, E, L.device);
@@ -380,7 +433,10 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeLayerWeights& w, Stream stream
   if (L.S > 0) {
     check_weight("shared_w13", w.shared_w13, wt, {2 * S, H / vd}, L.device, walign);
     check_weight("shared_w2", w.shared_w2, wt, {H, S / vd}, L.device, walign);
-    if (L.nvfp4) {
+    if (L.mx) {
+      check_weight("shared_w13_scale", w.shared_w13_scale, DType::ue8m0, {2 * S, H / 32}, L.device, 1);
+      check_weight("shared_w2_scale", w.shared_w2_scale, DType::ue8m0, {H, S / 32}, L.device, 1);
+    } else if (L.e2m1) {
       check_weight("shared_w13_scale", w.shared_w13_scale, DType::e4m3, {2 * S, H / 16}, L.device, 1);
       check_weight("shared_w2_scale", w.shared_w2_scale, DType::e4m3, {H, S / 16}, L.device, 1);
       check_global_scales("shared_w13_scale_2", w.shared_w13_scale_2, 0, L.device);
@@ -404,8 +460,8 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeLayerWeights& w, Stream stream
     require_absent("shared_gate", w.shared_gate, "the config has no shared_expert_gate");
   }
 
-  if (L.nvfp4) {
-    prepare_nvfp4_weights(L, w, interleaved, stream);
+  if (L.e2m1) {
+    prepare_e2m1_weights(L, w, interleaved, stream);
   } else {
     // ---- GEMM 1 weights: 8-row gate/up pairs, padded to NT1 tiles, shared chunks appended ----
     const int rows1 = L.NT1 * 128;
@@ -710,7 +766,7 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   plan.num_sms = ds.sms;
   const bool det = a.mode == ReductionMode::deterministic;
   const int eb = L.fp8 ? 1 : 2;
-  const GemmWeights gw = L.fp8 ? GemmWeights::fp8_block : L.nvfp4 ? GemmWeights::e2m1 : GemmWeights::bf16;
+  const GemmWeights gw = L.fp8 ? GemmWeights::fp8_block : L.e2m1 ? GemmWeights::e2m1 : GemmWeights::bf16;
 
   // ---- configs: one token-tile width for both GEMMs (they share the schedule's table) ----
   const GemmFamily up_fam{gw, GemmRows::gathered, GemmEpilogue::swiglu};
@@ -801,7 +857,7 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   fill_gemm_common(g1, L, ws, T, plan.fused_schedule, static_tiles);
   g1.w_desc = L.w13_desc;
   g1.w_scale = L.w13_scale.get<float>();
-  g1.w_blocks = L.nvfp4 ? L.w13.get<uint8_t>() : nullptr;
+  g1.w_blocks = L.e2m1 ? L.w13.get<uint8_t>() : nullptr;
   g1.row_scale = L.w13_row_scale.get<float>();
   g1.sb_groups = 16;
   g1.n_rows = L.NT1 * 128;
@@ -836,7 +892,7 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   fill_gemm_common(g2, L, ws, T, plan.fused_schedule, static_tiles);
   g2.w_desc = L.w2_desc;
   g2.w_scale = L.w2_scale.get<float>();
-  g2.w_blocks = L.nvfp4 ? L.w2.get<uint8_t>() : nullptr;
+  g2.w_blocks = L.e2m1 ? L.w2.get<uint8_t>() : nullptr;
   g2.row_scale = L.w2_row_scale.get<float>();
   g2.sb_groups = 1;
   g2.n_rows = H;

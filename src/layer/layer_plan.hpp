@@ -29,7 +29,8 @@ struct MoeLayer::Impl {
   MoeConfig cfg;
   int device = 0;
   bool fp8 = true;           // fp8_block weights and activations; else bf16 activations
-  bool nvfp4 = false;        // NVFP4 weights (prepared e2m1 blocks) with bf16 activations
+  bool e2m1 = false;         // NVFP4 or MXFP4 weights (prepared e2m1 blocks), bf16 activations
+  bool mx = false;           // of those, MXFP4 (UE8M0 scales per 32, no global scales)
   int E = 0, k = 0;          // routed experts, routed top-k
   int C = 0;                 // shared chunks (always-selected extra experts)
   int E_total = 0, k_total = 0;
@@ -45,7 +46,7 @@ struct MoeLayer::Impl {
                                 // the 8 up groups another (GEMM 1 may put tokens on wgmma's M side)
   DeviceBuffer w2;           // [E_total, H, I_pad], rows paired (GroupedGemmParams::paired_rows)
   DeviceBuffer w2_scale;     // fp8: [E_total, NB2, ceil(I_pad/128)]
-  // nvfp4: w13 / w2 hold e2m1 blocks (src/gemm/e2m1_layout.hpp) [E_total, NT1 | NB2, KB] in the
+  // e2m1: w13 / w2 hold e2m1 blocks (src/gemm/e2m1_layout.hpp) [E_total, NT1 | NB2, KB] in the
   // same prepared row orders, and these each prepared row's global scale * 2^26
   DeviceBuffer w13_row_scale;  // f32 [E_total, NT1 * 128]
   DeviceBuffer w2_row_scale;   // f32 [E_total, NB2 * 128]

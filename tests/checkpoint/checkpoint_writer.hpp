@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,8 @@ inline void projection(std::vector<T>& out, const std::string& p, const ref::Wei
       out.push_back(tensor(p + ".input_scale", "F32", {}, &input_scale, 4));
       return;
     }
+    case Precision::mxfp4:  // no per-expert MXFP4 layout exists: fused() writes gpt-oss's
+      throw std::logic_error("ckpt::projection: MXFP4 is written by ckpt::fused (gpt-oss)");
   }
 }
 
@@ -116,13 +119,22 @@ enum class Fused { qwen3_5, gpt_oss, llama4 };
 
 /// Fused expert tensors (bf16 layers): Qwen3.5's experts.gate_up_proj [E, 2I, H] and
 /// down_proj [E, H, I]; gpt-oss's and Llama 4's [E, H, 2I] and [E, I, H] (gpt-oss with its
-/// biases and router bias; Llama 4 with its shared expert).
+/// biases and router bias; Llama 4 with its shared expert). An mxfp4 gpt-oss layer is written as
+/// its release ships it: gate_up_proj_blocks U8 [E, 2I, H/32, 16] + _scales U8 [E, 2I, H/32],
+/// down_proj_blocks [E, H, I/32, 16] + _scales [E, H, I/32] (rows [out, in], not transposed).
 inline std::vector<T> fused(const ref::LayerWeights& lw, Fused f, const std::string& block, uint64_t seed) {
   const MoeConfig& c = lw.cfg;
   const int E = c.num_experts, H = c.hidden, I = c.intermediate, S = c.shared_intermediate;
   std::vector<T> out;
   const std::string ex = block + "experts.";
-  if (f == Fused::qwen3_5) {
+  if (lw.w13.precision == Precision::mxfp4) {
+    out.push_back(tensor(ex + "gate_up_proj_blocks", "U8", {E, 2 * I, H / 32, 16}, lw.w13.q.data(), lw.w13.q.size()));
+    out.push_back(tensor(ex + "gate_up_proj_scales", "U8", {E, 2 * I, H / 32}, lw.w13.block_scale.data(),
+                         lw.w13.block_scale.size()));
+    out.push_back(tensor(ex + "down_proj_blocks", "U8", {E, H, I / 32, 16}, lw.w2.q.data(), lw.w2.q.size()));
+    out.push_back(tensor(ex + "down_proj_scales", "U8", {E, H, I / 32}, lw.w2.block_scale.data(),
+                         lw.w2.block_scale.size()));
+  } else if (f == Fused::qwen3_5) {
     out.push_back(tensor(ex + "gate_up_proj", "BF16", {E, 2 * I, H}, lw.w13.bf16.data(), lw.w13.bf16.size() * 2));
     out.push_back(tensor(ex + "down_proj", "BF16", {E, H, I}, lw.w2.bf16.data(), lw.w2.bf16.size() * 2));
   } else {

@@ -265,6 +265,27 @@ TEST(Checkpoint, FusedLayoutsRoundTrip) {
   }
 }
 
+TEST(Checkpoint, GptOssMxfp4RoundTrip) {
+  // gpt-oss's MXFP4 release layout, as the model's config.json says it (quant_method "mxfp4").
+  const std::string config = R"({"model_type": "gpt_oss", "hidden_size": 256, "intermediate_size": 64,
+    "num_local_experts": 4, "num_experts_per_tok": 2, "swiglu_limit": 7.0, "quantization_config":
+    {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]}})";
+  const MoeConfig cfg = config_of(config);
+  EXPECT_EQ(cfg.weight_precision, Precision::mxfp4);
+  const ref::LayerWeights lw = ref::make_random_layer(cfg, test::run_seed() + 3);
+  CheckpointLayer L = round_trip("gptoss_mx", config, ck::fused(lw, ck::Fused::gpt_oss, "model.layers.1.mlp.", 4),
+                                 lw, 1, 2);
+  EXPECT_EQ(L.layout, ExpertLayout::gpt_oss);
+  EXPECT_NE(L.format.find("mxfp4"), std::string::npos) << L.format;
+  const MoeLayerWeights w = L.host_weights();
+  EXPECT_EQ(w.w13.describe(), "[4, 128, 128] e2m1x2 cpu");
+  EXPECT_EQ(w.w13_scale.describe(), "[4, 128, 8] ue8m0 cpu");
+  EXPECT_EQ(w.w2.describe(), "[4, 256, 32] e2m1x2 cpu");
+  EXPECT_EQ(w.w2_scale.describe(), "[4, 256, 2] ue8m0 cpu");
+  EXPECT_EQ(w.b13.describe(), "[4, 128] bf16 cpu");
+  EXPECT_EQ(w.w13_scale_2.data, nullptr);
+}
+
 TEST(Checkpoint, MixtralNames) {
   const MoeConfig cfg = config_of(kMixtral);
   const ref::LayerWeights lw = ref::make_random_layer(cfg, 9);
@@ -335,18 +356,18 @@ TEST(Checkpoint, WrongTensorsNameTheFileTheKeyAndExpectedVsActual) {
 }
 
 TEST(Checkpoint, FormatsNotReadAreRefusedByName) {
-  // gpt-oss's MXFP4 release: by its quant_method, and by its tensors under a BF16 config.
+  // MXFP4 tensors under a config that does not say mxfp4, and mxfp4 on a family whose layout is
+  // not gpt-oss's.
   std::string dir = temp_dir("mxfp4");
-  write(dir + "/config.json", R"({"model_type": "gpt_oss", "hidden_size": 256, "intermediate_size": 64,
-    "num_local_experts": 4, "num_experts_per_tok": 2, "quantization_config": {"quant_method": "mxfp4",
-    "modules_to_not_convert": ["model.layers.*.self_attn"]}})");
-  expect_error([&] { load_moe_layer(dir, 0); }, "gpt-oss's MXFP4 experts (quantization_config.quant_method \"mxfp4\"");
   write(dir + "/config.json", kGptOss);
   write(dir + "/model.safetensors", file_of({make("model.layers.0.mlp.router.weight", "BF16", {4, 256}, 1),
                                              make("model.layers.0.mlp.experts.gate_up_proj_blocks", "U8", {4, 128, 8, 16}, 2)}));
   expect_error([&] { load_moe_layer(dir, 0); },
-               "model.layers.0.mlp.experts.gate_up_proj_blocks / _scales hold gpt-oss's MXFP4 experts, which are "
-               "not supported yet");
+               "model.layers.0.mlp.experts.gate_up_proj_blocks holds MXFP4 experts but config.json's "
+               "quantization_config says bf16");
+  write(dir + "/config.json", qwen2_config(R"("quantization_config": {"quant_method": "mxfp4"})"));
+  write(dir + "/model.safetensors", file_of({make("model.layers.0.mlp.gate.weight", "BF16", {4, 256}, 1)}));
+  expect_error([&] { load_moe_layer(dir, 0); }, "MXFP4 experts are read in gpt-oss's layout");
   // Other quantizers, and ModelOpt formats other than NVFP4.
   write(dir + "/config.json", qwen2_config(R"("quantization_config": {"quant_method": "compressed-tensors"})"));
   expect_error([&] { load_moe_layer(dir, 0); }, "quant_method \"compressed-tensors\" is not a checkpoint format");

@@ -1,7 +1,8 @@
 // A layer read from a checkpoint runs on the GPU (MoeLayer from CheckpointLayer's tensors as
 // uploaded) and matches the oracles of tests/layer/layer_test_util.hpp fed the same layer
 // (ref::layer_from_checkpoint): FP8 per-expert (sharded), and the BF16 fused layouts whose
-// transposes the loader does (gpt-oss with its biases, Llama 4, Qwen3.5), x random and the
+// transposes the loader does (gpt-oss with its biases, Llama 4, Qwen3.5), gpt-oss's MXFP4
+// release layout, x random and the
 // logits from the layer's own router. Skips without an sm_90 GPU.
 #include <cuda_runtime_api.h>
 
@@ -29,6 +30,9 @@ const Format kFormats[] = {
       "weight_block_size": [128, 128]}})", -1, "model.layers.1.mlp."},
     {"gptoss", R"({"model_type": "gpt_oss", "hidden_size": 256, "intermediate_size": 128,
       "num_local_experts": 8, "num_experts_per_tok": 2})", int(ckpt::Fused::gpt_oss), "model.layers.1.mlp."},
+    {"gptoss_mx", R"({"model_type": "gpt_oss", "hidden_size": 256, "intermediate_size": 128,
+      "num_local_experts": 8, "num_experts_per_tok": 2, "quantization_config": {"quant_method": "mxfp4"}})",
+     int(ckpt::Fused::gpt_oss), "model.layers.1.mlp."},
     {"llama4", R"({"model_type": "llama4", "text_config": {"model_type": "llama4_text",
       "hidden_size": 256, "intermediate_size": 128, "num_local_experts": 8,
       "num_experts_per_tok": 1}})", int(ckpt::Fused::llama4), "language_model.model.layers.1.feed_forward."},

@@ -228,7 +228,7 @@ TEST(Cli, ProjectionBadModeAndBackend) {
 // the usage; a value is never taken from the next option.
 TEST(Cli, UsageErrorsExit2WithTheReasonAndTheUsage) {
   expect_usage_error("run --precision fp4",
-                     "fusedmoe run: --precision must be one of bf16, fp8, fp8_block, nvfp4, got "
+                     "fusedmoe run: --precision must be one of bf16, fp8, fp8_block, nvfp4, mxfp4, got "
                      "\"fp4\"", "usage: fusedmoe run");
   expect_usage_error("run --tokens --backend cpu",
                      "fusedmoe run: --tokens needs a value (\"--backend\" is an option, not a value)");

@@ -418,20 +418,32 @@ TEST(HfConfig, SizeProductsAreCheckedIn64Bits) {
                "field \"n_shared_experts\" = 65 is out of range: expected an integer in [0, 64]");
 }
 
+TEST(HfConfig, GptOssMxfp4IsRead) {
+  // The real gpt-oss-120b config.json: quant_method "mxfp4" -> MXFP4 weights, bf16 activations.
+  const MoeConfig g = config_from_hf_json_file(data_dir() + "gpt_oss.json");
+  EXPECT_EQ(g.weight_precision, Precision::mxfp4);
+  EXPECT_EQ(g.activation_precision, Precision::bf16);
+  EXPECT_EQ(g.num_experts, 128);
+  EXPECT_EQ(g.top_k, 4);
+  EXPECT_FLOAT_EQ(g.activation.limit, 7.0f);
+  EXPECT_EQ(parse_precision("mxfp4"), Precision::mxfp4);
+  EXPECT_STREQ(precision_name(Precision::mxfp4), "mxfp4");
+}
+
 TEST(HfConfig, UnsupportedQuantizationNamesThePrecisionOption) {
-  const std::string path = data_dir() + "gpt_oss.json";  // real gpt-oss-120b
-  const std::string msg = error_of([&] { config_from_hf_json_file(path); });
-  for (const char* s : {"field \"quantization_config.quant_method\" = \"mxfp4\"", "--precision",
-                        "precision_override", "bf16", "fp8", "nvfp4"})
+  const std::string text = R"({"model_type": "gpt_oss", "hidden_size": 2880,
+    "intermediate_size": 2880, "num_local_experts": 128, "num_experts_per_tok": 4,
+    "quantization_config": {"quant_method": "gptq", "bits": 4}})";
+  const std::string msg = error_of([&] { config_from_hf_json_text(text, "config.json"); });
+  for (const char* s : {"field \"quantization_config.quant_method\" = \"gptq\"", "--precision",
+                        "precision_override", "bf16", "fp8", "nvfp4", "mxfp4"})
     EXPECT_NE(msg.find(s), std::string::npos) << s << "\n" << msg;
   // The names it lists are the ones --precision takes, and each one then reads the file.
-  for (const char* name : {"bf16", "fp8", "nvfp4"}) {
+  for (const char* name : {"bf16", "fp8", "nvfp4", "mxfp4"}) {
     const Precision p = parse_precision(name);
-    const MoeConfig g = config_from_hf_json_file(path, &p);
+    const MoeConfig g = config_from_hf_json_text(text, "config.json", &p);
     EXPECT_EQ(g.weight_precision, p) << name;
     EXPECT_EQ(g.num_experts, 128);
-    EXPECT_EQ(g.top_k, 4);
-    EXPECT_FLOAT_EQ(g.activation.limit, 7.0f);
   }
 }
 

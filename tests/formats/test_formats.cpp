@@ -241,6 +241,49 @@ TEST(NVFP4, RoundTripOfRepresentableValues) {
   }
 }
 
+TEST(MXFP4, RoundTripScalesAndPoison) {
+  for (uint64_t seed : test::seeds_for(0x3F4)) {
+    ref::Rng rng(seed);
+    const int rows = 3, cols = 96;
+    std::vector<uint8_t> scales(rows * cols / 32);
+    std::vector<float> x(rows * cols);
+    for (int r = 0; r < rows; ++r)
+      for (int b = 0; b < cols / 32; ++b) {
+        // A block whose largest magnitude is 6 * 2^e gets the scale 2^e exactly (rounded up).
+        const uint8_t s_code = uint8_t(100 + rng.below(50));
+        scales[r * 3 + b] = s_code;
+        const float s = ue8m0_to_float(s_code);
+        for (int c = 0; c < 32; ++c) x[r * cols + b * 32 + c] = e2m1_to_float(uint8_t(rng.below(16))) * s;
+        x[r * cols + b * 32 + rng.below(32)] = -6.0f * s;
+      }
+    std::vector<uint8_t> packed(rows * cols / 2), got(rows * cols / 32);
+    quantize_mxfp4(x.data(), rows, cols, packed.data(), got.data());
+    EXPECT_EQ(got, scales) << "seed " << seed;
+    std::vector<float> back(rows * cols);
+    dequantize_mxfp4(packed.data(), got.data(), rows, cols, back.data());
+    for (int i = 0; i < rows * cols; ++i) ASSERT_EQ(back[i], x[i]) << i << " seed " << seed;
+  }
+  // Rounded up: amax 6.5 needs the scale 2 (6.5 / 6 > 1), so nothing clips; then 6.5 / 2 = 3.25
+  // rounds to 3 (RNE between 3 and 4). An all-zero block: code 0, zero values. Inf: NaN scale.
+  std::vector<float> x(96, 0.0f);
+  x[0] = 6.5f;
+  x[1] = 1.0f;
+  x[64] = INFINITY;
+  std::vector<uint8_t> packed(48), s(3);
+  quantize_mxfp4(x.data(), 1, 96, packed.data(), s.data());
+  EXPECT_EQ(s[0], 128);
+  EXPECT_EQ(packed[0], 0x15);  // low nibble 3 (code 5), high nibble 1.0 / 2 = 0.5 (code 1)
+  EXPECT_EQ(s[1], 0);
+  EXPECT_EQ(s[2], 0xFF);
+  std::vector<float> back(96);
+  dequantize_mxfp4(packed.data(), s.data(), 1, 96, back.data());
+  EXPECT_EQ(back[0], 6.0f);
+  EXPECT_EQ(back[40], 0.0f);
+  EXPECT_TRUE(std::isnan(back[70]));
+  test::expect_error([&] { quantize_mxfp4(x.data(), 1, 48, packed.data(), s.data()); },
+                     "multiple of 32");
+}
+
 TEST(NVFP4, PackingOrderAndGlobalScale) {
   // Even element in the low nibble (ModelOpt / torch float4_e2m1fn_x2 convention).
   std::vector<float> x(16, 0.0f);

@@ -54,7 +54,8 @@ inline MoeConfig scaled(MoeConfig c, int H, int I, int E, Precision p) {
     c.num_experts = (c.num_experts / groups + 1) * groups;
   if (c.num_shared_experts > 0) c.shared_intermediate = I * c.num_shared_experts;
   c.weight_precision = p;
-  c.activation_precision = p == Precision::nvfp4 ? Precision::bf16 : p;  // the GPU runs W4A16
+  const bool w4 = p == Precision::nvfp4 || p == Precision::mxfp4;
+  c.activation_precision = w4 ? Precision::bf16 : p;  // the GPU runs W4A16
   c.validate();
   return c;
 }

@@ -48,7 +48,7 @@ LayerCase make_case(const MoeConfig& cfg, int T, ReductionMode m, LayerRoute r =
 TEST(LayerGpu, EveryPresetShrunk) {
   FMOE_SKIP_WITHOUT_GPU();
   for (const MoeConfig& preset : model_presets())
-    for (Precision p : {Precision::fp8_block, Precision::bf16, Precision::nvfp4}) {
+    for (Precision p : {Precision::fp8_block, Precision::bf16, Precision::nvfp4, Precision::mxfp4}) {
       const MoeConfig cfg = scaled(preset, 256, 128, 32, p);
       for (int T : {0, 1, 5, 128})
         for (ReductionMode m : kModes) run_case(make_case(cfg, T, m));
@@ -237,6 +237,40 @@ TEST(LayerGpu, Nvfp4OddSizesSharedChunksAndLargeT) {
   run_case(make_case(oss, 500, ReductionMode::deterministic));
 }
 
+TEST(LayerGpu, Mxfp4OddSizesAndScalesFarBelowTheRowMax) {
+  // MXFP4 weights (gpt-oss's format, W4A16): K not a multiple of 64 (H = 352, I = 96: the
+  // prepared blocks pad K), several token tiles per expert, gpt-oss's clamped SwiGLU + biases.
+  FMOE_SKIP_WITHOUT_GPU();
+  const MoeConfig odd = scaled(find_preset("qwen3.5-35b-a3b"), 352, 96, 8, Precision::mxfp4);
+  for (int T : {1, 37, 300})
+    for (ReductionMode m : kModes) run_case(make_case(odd, T, m));
+  const MoeConfig oss = scaled(find_preset("gpt-oss-120b"), 256, 128, 8, Precision::mxfp4);
+  run_case(make_case(oss, 500, ReductionMode::deterministic));
+  // Rows whose scales span more than E4M3's 17 binades: one block per row of the first two
+  // experts 12 binades above the rest (every block still exact) and one 25 below that (stored as
+  // zero: e2m1_layout.hpp's rule, which the reference applies too), and a row of all-zero codes
+  // under code 0 scales.
+  const LayerCase c = make_case(oss, 64, ReductionMode::fast);
+  const uint64_t seed = seeds_for(0x3F4C).back();
+  LayerData d = make_layer_data(c, seed);
+  for (ref::WeightSet* w : {&d.lw.w13, &d.lw.w2}) {
+    const int per_row = w->K / 32;
+    for (int64_t row = 0; row < 2 * int64_t(w->N); ++row) {
+      uint8_t* s = w->block_scale.data() + row * per_row;
+      s[0] = uint8_t(s[1] + 12);
+      s[per_row - 1] = uint8_t(s[0] - 25);
+    }
+    for (int b = 0; b < per_row; ++b) w->block_scale[size_t(2 * w->N * per_row + b)] = 0;
+    std::fill_n(w->q.begin() + 2 * w->N * (w->K / 2), w->K / 2, uint8_t(0));
+  }
+  const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+  const LayerRun run = run_layer(*g.layer, c, d);
+  const std::string ctx = c.describe() + strf(" (scales far below the row max) seed %llu", (unsigned long long)seed);
+  check_gate_up(c, d, g.layer->impl(), run, ctx);
+  check_down(c, d, g.layer->impl(), run, ctx);
+  check_end_to_end(c, d, run, ctx);
+}
+
 TEST(LayerGpu, SanitizerSmall) {
   // For compute-sanitizer (scripts/gpu_check.sh): H=2880 gives GEMM 1 23 k-blocks (every k-stage
   // ring wraps), forced BLOCK_T=128 with ~150 routes per expert gives several token tiles per
@@ -251,6 +285,9 @@ TEST(LayerGpu, SanitizerSmall) {
       const MoeConfig qwen = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 8, Precision::nvfp4);
       run_case(make_case(qwen, 150, ReductionMode::fast), 1, false);
     }
+    // MXFP4: the same engine with UE8M0 scales re-laid per row.
+    const MoeConfig mx = scaled(find_preset("gpt-oss-120b"), 2880, 128, 4, Precision::mxfp4);
+    run_case(make_case(mx, 4, ReductionMode::fast), 1, false);
   }
   for (Precision p : {Precision::fp8_block, Precision::bf16}) {
     const MoeConfig wide = scaled(find_preset("gpt-oss-120b"), 2880, 128, 4, p);

@@ -31,6 +31,10 @@ std::vector<float> dequant_all(const ref::WeightSet& w) {
         fmt::dequantize_nvfp4(w.q.data() + e * per / 2, w.block_scale.data() + e * per / 16,
                               w.global_scale[size_t(e)], w.N, w.K, o);
         break;
+      case Precision::mxfp4:
+        fmt::dequantize_mxfp4(w.q.data() + e * per / 2, w.block_scale.data() + e * per / 32, w.N,
+                              w.K, o);
+        break;
     }
   }
   return out;
@@ -63,6 +67,9 @@ std::vector<float> quant_dequant_rows(Precision p, const std::vector<float>& a, 
       fmt::dequantize_nvfp4(q.data(), s.data(), g, rows, K, out.data());
       break;
     }
+    case Precision::mxfp4:
+      ADD_FAILURE() << "mxfp4 is a weight format (activations bf16)";
+      break;
   }
   return out;
 }
@@ -156,8 +163,10 @@ std::vector<double> naive_layer(const ref::LayerWeights& lw, const std::vector<f
 MoeConfig small_config(const char* name, RoutingFn fn, ActivationFn act, Precision w, Precision a) {
   MoeConfig c;
   c.name = name;
-  c.hidden = 272;       // two 128-blocks and a partial one; a multiple of 16 for nvfp4
-  c.intermediate = 80;  // one partial 128-block
+  // Two 128-blocks and a partial one; multiples of 16 for nvfp4, of 32 for mxfp4.
+  const bool mx = w == Precision::mxfp4;
+  c.hidden = mx ? 288 : 272;
+  c.intermediate = mx ? 96 : 80;  // one partial 128-block
   c.num_experts = 8;
   c.top_k = fn == RoutingFn::sigmoid_top1_on_input ? 1 : 3;
   c.routing.fn = fn;
@@ -174,7 +183,7 @@ MoeConfig small_config(const char* name, RoutingFn fn, ActivationFn act, Precisi
   if (act == ActivationFn::swiglu_clamped) c.expert_bias = true;
   if (fn != RoutingFn::topk_softmax) {
     c.num_shared_experts = 1;
-    c.shared_intermediate = 48;
+    c.shared_intermediate = mx ? 64 : 48;
     c.shared_expert_gate = fn == RoutingFn::softmax_topk;
   }
   return c;
@@ -187,7 +196,8 @@ TEST(LayerRef, MatchesStraightforwardFloat64) {
   const P precisions[] = {{Precision::bf16, Precision::bf16},
                           {Precision::fp8_block, Precision::fp8_block},
                           {Precision::nvfp4, Precision::bf16},
-                          {Precision::nvfp4, Precision::nvfp4}};
+                          {Precision::nvfp4, Precision::nvfp4},
+                          {Precision::mxfp4, Precision::bf16}};
   const RoutingFn fns[] = {RoutingFn::softmax_topk, RoutingFn::sigmoid_grouped_topk,
                            RoutingFn::sigmoid_top1_on_input, RoutingFn::topk_softmax};
   for (const P p : precisions)
