@@ -74,10 +74,16 @@ FMOE_NORM_HD uint32_t e2m1_code(float q) {
 /// correctly rounded quotient (Markstein's theorem; tests/norm/test_norm_ref.cpp checks it against
 /// IEEE division on every divisor significand, with dividends next to rounding midpoints).
 /// Valid while nothing over- or underflows: the kernel uses it only when div_by_recip_ok holds.
+/// The sign is copied from y (d > 0): for y = -0 the correction sums +0 and -0, which rounds to
+/// +0, where IEEE's -0 / d is -0 (E2M1 code 8, as fmt::quantize_nvfp4 writes it).
 FMOE_NORM_HD float div_by_recip(float y, float d, float r) {
   const float q0 = y * r;
   const float e = fma_rn(-q0, d, y);
-  return fma_rn(e, r, q0);
+#if defined(__CUDA_ARCH__)
+  return copysignf(fma_rn(e, r, q0), y);
+#else
+  return std::copysign(fma_rn(e, r, q0), y);
+#endif
 }
 
 /// Whether div_by_recip is exact for every |y| <= amax of a block with divisor d and reciprocal

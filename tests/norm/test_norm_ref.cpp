@@ -286,6 +286,16 @@ TEST(NormMath, DivisionByTheBlockReciprocalIsExact) {
     ++checked;
   }
   EXPECT_GT(checked, 20000000);
+  // Signed zeros and quotients that underflow keep y's sign and code, as IEEE division does (the H100 run
+  // caught -0 coming back as +0: code 0 where fmt::quantize_nvfp4 writes 8).
+  for (const float d : {1.0f, 0.3f, 448.0f * 0x1p-20f, 0x1p-64f, 0x1p63f})
+    for (const float y : {0.0f, -0.0f, 0x1p-149f, -0x1p-149f, -1e-30f, 1e-30f}) {
+      const float r = 1.0f / d;
+      // Codes, not bits: a subnormal quotient may differ in its last bits (code 0 either way).
+      ASSERT_EQ(detail::norm_math::e2m1_code(div_by_recip(y, d, r)), detail::norm_math::e2m1_code(y / d))
+          << std::hexfloat << "y = " << y << " d = " << d;
+      ASSERT_EQ(std::signbit(div_by_recip(y, d, r)), std::signbit(y / d)) << std::hexfloat << "y = " << y;
+    }
   // Outside the range the kernel divides instead.
   EXPECT_FALSE(div_by_recip_ok(0x1p-70f, 0x1p70f, 1e-21f));
   EXPECT_FALSE(div_by_recip_ok(0x1p70f, 0x1p-70f, 1e21f));
