@@ -34,6 +34,8 @@ WeightSet random_weights(Precision p, int E, int N, int K, uint64_t seed, uint64
   return w;
 }
 
+}  // namespace
+
 // Rows of `a` (already in expert-sorted order), grouped by `offsets`, through
 // GEMM1 -> bias -> activation -> bf16 -> quantize -> GEMM2 -> bias: double [rows, H].
 std::vector<double> expert_mlp(const MoeConfig& cfg, const WeightSet& w13, const WeightSet& w2,
@@ -64,8 +66,6 @@ std::vector<double> expert_mlp(const MoeConfig& cfg, const WeightSet& w13, const
         for (int n = 0; n < H; ++n) out[size_t(r) * H + n] += double(b2[int64_t(e) * H + n]);
   return out;
 }
-
-}  // namespace
 
 LayerWeights make_random_layer(const MoeConfig& cfg, uint64_t seed, const ProgressFn& progress) {
   cfg.validate();

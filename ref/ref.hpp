@@ -231,8 +231,43 @@ struct LayerResult {
 /// x: [T, H] bf16-valued floats; logits: [T, E] fp32.
 LayerResult moe_layer(const LayerWeights& lw, const float* x, const float* logits, int T);
 
+/// Rows of `a` (bf16-valued floats, already in expert order), grouped by `offsets` [E + 1], through
+/// GEMM 1 -> + b13 -> activation -> quantize (fp8 per 64 / bf16) -> GEMM 2 -> + b2: double
+/// [rows, H]. The routed-expert chain of moe_layer, shared with the EP reference (ref/ep.cpp).
+std::vector<double> expert_mlp(const MoeConfig& cfg, const WeightSet& w13, const WeightSet& w2,
+                               const float* b13, const float* b2, const std::vector<float>& a,
+                               const std::vector<int32_t>& offsets);
+
 /// One dense SwiGLU MLP on rows of x (the shared expert path), fp32 outputs [T, H] (unrounded).
 void mlp(const MoeConfig& cfg, const WeightSet& w13, const WeightSet& w2, const float* b13,
          const float* b2, const float* x, int T, std::vector<float>& out);
+
+// ================================================================================================
+// The layer split over R ranks by experts (issue 13; the plan: src/dist/ep_plan.hpp).
+// ================================================================================================
+/// How a token's results come back. rank_order: each destination returns one row per (token,
+/// rank), the sum of its weighted routes, and the token's rank adds them in rank order (fewer
+/// bytes; equal to moe_layer within one final rounding, bitwise where a token's routes all sit on
+/// one rank, e.g. R = 1 or top-1). choice_order: each route's weighted row comes back and is summed
+/// in choice order, as ref::combine does: bitwise equal to moe_layer.
+enum class EpCombine { rank_order, choice_order };
+
+/// One rank's own tokens: x [T, H] bf16-valued floats, logits [T, E].
+struct EpRankTokens {
+  const float* x = nullptr;
+  const float* logits = nullptr;
+  int T = 0;
+};
+struct EpLayerResult {
+  std::vector<LayerResult> rank;  ///< [R]: each rank's routing of its tokens and its y [T_r, H]
+  int64_t overflow_rows = 0;      ///< (token, rank) rows past max_tokens_per_rank, all sources
+  int64_t overflow_routes = 0;    ///< the routes those rows carried (they add nothing to y)
+};
+/// R = ranks.size() ranks, each owning its ExpertPartition share of lw's experts: every rank routes
+/// and dispatches its tokens, runs the experts it owns on the rows it received, returns the
+/// results, and combines its tokens' results plus the shared MLP of its own tokens. fp8 / bf16
+/// activations only (an nvfp4 activation's global scale is the amax of the whole batch).
+EpLayerResult moe_layer_ep(const LayerWeights& lw, const std::vector<EpRankTokens>& ranks,
+                           int max_tokens_per_rank, EpCombine combine);
 
 }  // namespace fusedmoe::ref
