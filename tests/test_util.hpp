@@ -9,9 +9,19 @@
 
 #include "fusedmoe/device.hpp"
 #include "fusedmoe/error.hpp"
+#include "fusedmoe/types.hpp"
 #include "ref/random.hpp"
 
 namespace fusedmoe::test {
+
+/// A view of device memory at `p` with explicit strides (elements), for GPU tests' arguments.
+inline TensorRef dev_ref(void* p, DType t, std::initializer_list<int64_t> shape,
+                         std::initializer_list<int64_t> stride) {
+  TensorRef r = TensorRef::contiguous(p, t, shape, Device::cuda, 0);
+  int i = 0;
+  for (int64_t s : stride) r.stride[i++] = s;
+  return r;
+}
 
 /// This run's seed: FMOE_SEED if set, else drawn from the clock. Printed once by test_main.
 uint64_t run_seed();

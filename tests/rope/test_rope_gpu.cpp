@@ -34,12 +34,7 @@ namespace {
 // Print every config choice (stderr), so the logs say which kernel each case ran.
 [[maybe_unused]] const int kPrintConfig = (detail::knobs().print_config = true, 0);
 
-TensorRef dev_ref(void* p, DType t, std::initializer_list<int64_t> shape, std::initializer_list<int64_t> stride) {
-  TensorRef r = TensorRef::contiguous(p, t, shape, Device::cuda, 0);
-  int i = 0;
-  for (int64_t s : stride) r.stride[i++] = s;
-  return r;
-}
+using test::dev_ref;
 
 // ---- storage values ------------------------------------------------------------------------------
 void put(uint8_t* dst, DType t, float v) {
