@@ -719,6 +719,41 @@ NpArray<float> py_dequantize_nvfp4(nb::handle p_in, nb::handle s_in, float globa
   return out;
 }
 
+std::tuple<NpArray<uint8_t>, NpArray<uint8_t>> py_quantize_mxfp4(nb::handle x_in) {
+  const char* op = "quantize_mxfp4";
+  Keep keep;
+  const TensorRef x = host_arg(op, "x", x_in, DType::f32, keep);
+  require_ndim(op, "x", x, 2, 2);
+  const int64_t R = x.shape[0], C = x.shape[1];
+  FMOE_REQUIRE(C % 32 == 0, "%s: x has %lld columns; MXFP4 needs a multiple of 32", op, (long long)C);
+  auto packed = new_array<uint8_t>({size_t(R), size_t(C / 2)});
+  auto scales = new_array<uint8_t>({size_t(R), size_t(C / 32)});
+  {
+    nb::gil_scoped_release nogil;
+    fmt::quantize_mxfp4(static_cast<const float*>(x.data), R, C, packed.data(), scales.data());
+  }
+  return {packed, scales};
+}
+
+NpArray<float> py_dequantize_mxfp4(nb::handle p_in, nb::handle s_in) {
+  const char* op = "dequantize_mxfp4";
+  Keep keep;
+  const TensorRef p = host_arg(op, "packed", p_in, DType::e2m1x2, keep, ByteAs::e2m1x2);
+  require_ndim(op, "packed", p, 2, 2);
+  const TensorRef s = host_arg(op, "scales", s_in, DType::ue8m0, keep, ByteAs::ue8m0);
+  const int64_t R = p.shape[0], C = 2 * p.shape[1];
+  FMOE_REQUIRE(C % 32 == 0, "%s: packed has %lld values per row; MXFP4 needs a multiple of 32", op,
+               (long long)C);
+  detail::check_shape(op, "scales", s, {R, C / 32});
+  auto out = new_array<float>({size_t(R), size_t(C)});
+  {
+    nb::gil_scoped_release nogil;
+    fmt::dequantize_mxfp4(static_cast<const uint8_t*>(p.data), static_cast<const uint8_t*>(s.data), R,
+                          C, out.data());
+  }
+  return out;
+}
+
 /// Element-wise codec over any contiguous host array: In -> Out with the same shape.
 template <class In, class Out, class F>
 nb::object map_codes(const char* op, nb::handle h, DType want, ByteAs byte_as, F f) {
@@ -945,6 +980,11 @@ NB_MODULE(_fusedmoe, m) {
   m.def("quantize_nvfp4", &py_quantize_nvfp4, "x"_a.none(), "global_scale"_a = nb::none(),
         "NVFP4 (ModelOpt): x [R, C] f32 -> (packed uint8 [R, C/2], block_scales uint8 e4m3 "
         "[R, C/16], global_scale); the global scale is amax/(6*448) unless given.");
+  m.def("quantize_mxfp4", &py_quantize_mxfp4, "x"_a.none(),
+        "MXFP4 (OCP MX, gpt-oss): x [R, C] f32 -> (packed uint8 [R, C/2], scales uint8 ue8m0 "
+        "[R, C/32]); each scale the power of two amax32/6 rounded up (nothing clips).");
+  m.def("dequantize_mxfp4", &py_dequantize_mxfp4, "packed"_a.none(), "scales"_a.none(),
+        "Inverse of quantize_mxfp4: e2m1 * 2^(scale - 127), f32 [R, C].");
   m.def("rmsnorm_quant", &py_rmsnorm_quant, "x"_a.none(), "weight"_a.none(), "eps"_a, "out_format"_a,
         "out"_a.none(), "out_scale"_a.none(), "residual"_a.none(), "global_scale"_a.none(),
         "inv_rms"_a.none(), "pdl"_a, "stream"_a,

@@ -136,6 +136,29 @@ def test_nvfp4_layout_and_values():
     assert np.all(np.abs(d - x) <= np.maximum(np.abs(x) / 3, np.repeat(sv, 16, 1) * g))
 
 
+def test_mxfp4_layout_and_values():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 96)).astype(np.float32)
+    x[2] = 0.0  # an all-zero row: code 0 scales, zero values
+    packed, scales = fusedmoe.quantize_mxfp4(x)
+    assert packed.shape == (3, 48) and scales.shape == (3, 3) and scales.dtype == np.uint8
+    d = fusedmoe.dequantize_mxfp4(packed, scales)
+    for r in range(3):
+        for b in range(3):
+            amax = np.abs(x[r, 32 * b:32 * b + 32]).max()
+            s = 2.0 ** (int(scales[r, b]) - 127)
+            # the scale is the power of two amax / 6 rounded up: nothing clips
+            assert amax == 0 or (s >= amax / 6 and s / 2 < amax / 6), (r, b, s, amax)
+            for k in range(32 * b, 32 * b + 32):
+                code = packed[r, k // 2] >> (4 * (k % 2)) & 0xF  # even element in the low nibble
+                assert d[r, k] == np.float32(e2m1_value(code) * s)
+    assert np.all(d[2] == 0) and np.all(scales[2] == 0)
+    with pytest.raises(fusedmoe.Error, match="quantize_mxfp4: x has 48 columns; MXFP4 needs a multiple of 32"):
+        fusedmoe.quantize_mxfp4(np.zeros((2, 48), np.float32))
+    with pytest.raises(fusedmoe.Error, match="dequantize_mxfp4: scales"):
+        fusedmoe.dequantize_mxfp4(packed, scales[:, :2].copy())
+
+
 @pytest.mark.parametrize(
     "call,message",
     [
