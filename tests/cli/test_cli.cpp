@@ -619,6 +619,28 @@ TEST(Cli, RunModelNvfp4RunsOnTheCpuReferenceAndSaysSo) {
   EXPECT_TRUE(has(g.out, "--backend gpu: nvfp4 layers run only on the CPU reference for now")) << g.out;
 }
 
+TEST(Cli, RunModelGptOssMxfp4) {
+  // gpt-oss's MXFP4 release layout: on the GPU where one is usable (checked: PASS), else the
+  // reference, whose output the test recomputes.
+  const char* config = R"({"model_type": "gpt_oss", "hidden_size": 256, "intermediate_size": 128,
+    "num_local_experts": 8, "num_experts_per_tok": 2, "quantization_config": {"quant_method": "mxfp4"}})";
+  const std::string dir = fusedmoe::test::st::temp_dir("cli_mxfp4");
+  fusedmoe::test::st::write(dir + "/config.json", config);
+  const fusedmoe::ref::LayerWeights lw =
+      fusedmoe::ref::make_random_layer(fusedmoe::config_from_hf_json_text(config, "test"), 23);
+  fusedmoe::test::ckpt::write_model(
+      dir, fusedmoe::test::ckpt::fused(lw, fusedmoe::test::ckpt::Fused::gpt_oss, "model.layers.1.mlp.", 24));
+  const Result r = run_cli("run --model " + dir + " --layer 1 --tokens 5 --seed 2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "weights  : \"model.layers.1.mlp.\", mxfp4 gpt-oss fused")) << r.out;
+  if (fusedmoe::gpu_usable()) {
+    for (const char* s : {"backend  : gpu: ", "result   : PASS"}) EXPECT_TRUE(has(r.out, s)) << s << "\n" << r.out;
+  } else {
+    EXPECT_TRUE(has(r.out, "backend  : cpu-reference (")) << r.out;
+    EXPECT_TRUE(has(r.out, expected_hash(dir, 5, 2))) << r.out;
+  }
+}
+
 TEST(Cli, RunModelMistakesAreOneLine) {
   const std::string dir = write_checkpoint("cli_bad", kCkptConfig);
   expect_usage_error("run --model " + dir, "--model needs --layer N", "usage: fusedmoe run");
