@@ -17,6 +17,7 @@
 #include "common/parallel.hpp"
 #include "fusedmoe/formats.hpp"
 #include "gemm/e2m1_layout.hpp"
+#include "layer/e2m1_prepare.hpp"
 #include "layer/layer_plan.hpp"
 #include "layer/prepare.hpp"
 #include "route/route.hpp"
@@ -24,6 +25,10 @@
 
 namespace fusedmoe {
 namespace {
+
+using detail::E2m1Host;
+using detail::E2m1RowSource;
+using detail::fill_e2m1_blocks;
 
 // The tables in the GEMM's and the schedule kernel's shared memory hold every expert a layer can
 // have: the routing's limit plus the shared chunks.
@@ -116,21 +121,6 @@ int64_t gate_up_source_row(int pr, int64_t i_base, int64_t n_inter, bool interle
 // reduction (GroupedGemmParams::paired_rows).
 int paired_output(int r) { return r / 16 * 16 + (r % 16 < 8 ? 2 * (r % 16) : 2 * (r % 16 - 8) + 1); }
 
-// One 4-bit matrix on the host, as the decode takes it: codes [rows, K/2] (ModelOpt / gpt-oss
-// layout) and E4M3 scales [rows, K/16]; for MXFP4 the scales are the UE8M0 ones moved into E4M3
-// slots relative to each row's largest, and row_log2 holds each row's factor (e2m1_layout.hpp).
-struct E2m1Host {
-  const char* name;
-  std::vector<uint8_t> codes, scales;
-  int64_t K = 0;
-  std::vector<int> row_log2;  // mxfp4 only
-  uint8_t code(int64_t row, int64_t col) const {
-    const uint8_t b = codes[size_t(row * (K / 2) + col / 2)];
-    return col % 2 ? b >> 4 : b & 0xF;
-  }
-  uint8_t scale(int64_t row, int64_t col) const { return scales[size_t(row * (K / 16) + col / 16)]; }
-};
-
 E2m1Host nvfp4_to_host(const char* name, const TensorRef& codes, const TensorRef& scales, int64_t K,
                        cudaStream_t stream) {
   E2m1Host m{name, to_host<uint8_t>(codes, stream), to_host<uint8_t>(scales, stream), K, {}};
@@ -149,30 +139,17 @@ E2m1Host nvfp4_to_host(const char* name, const TensorRef& codes, const TensorRef
 
 E2m1Host mxfp4_to_host(const char* name, const TensorRef& codes, const TensorRef& scales, int64_t K,
                        cudaStream_t stream) {
-  using namespace detail::e2m1;
   const std::vector<uint8_t> mx = to_host<uint8_t>(scales, stream);
   const int64_t per_row = K / 32, rows = per_row > 0 ? int64_t(mx.size()) / per_row : 0;
+  // 0xFF is UE8M0's NaN: a malformed checkpoint, not something to multiply.
+  const auto nan = std::find(mx.begin(), mx.end(), uint8_t(0xFF));
+  FMOE_REQUIRE(nan == mx.end(),
+               "%s: %s_scale holds the NaN scale code 0xff at row %lld, column block %lld "
+               "(MXFP4 scales must be finite)", kOp, name, (long long)((nan - mx.begin()) / per_row),
+               (long long)((nan - mx.begin()) % per_row));
   E2m1Host m{name, to_host<uint8_t>(codes, stream), std::vector<uint8_t>(size_t(rows * (K / 16))), K,
              std::vector<int>(size_t(rows))};
-  detail::parallel_for(rows, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* src = mx.data() + r * per_row;
-      int row_max = 0;
-      for (int64_t b = 0; b < per_row; ++b) {
-        // 0xFF is UE8M0's NaN: a malformed checkpoint, not something to multiply.
-        FMOE_REQUIRE(src[b] != 0xFF,
-                     "%s: %s_scale holds the NaN scale code 0xff at row %lld, column block %lld "
-                     "(MXFP4 scales must be finite)", kOp, name, (long long)r, (long long)b);
-        row_max = std::max(row_max, int(src[b]));
-      }
-      m.row_log2[size_t(r)] = mx_row_factor_log2(row_max);
-      for (int64_t b = 0; b < per_row; ++b) {
-        const uint8_t slot = mx_scale_slot(src[b], row_max);
-        m.scales[size_t(r * (K / 16) + 2 * b)] = slot;
-        m.scales[size_t(r * (K / 16) + 2 * b + 1)] = slot;
-      }
-    }
-  }, 64);
+  detail::mx_scales_to_slots(mx.data(), rows, K, m.scales.data(), m.row_log2.data());
   return m;
 }
 
@@ -183,54 +160,6 @@ std::vector<float> global_scales_to_host(const char* name, const TensorRef& t, c
                  "%s: %s[%zu] = %g; NVFP4 global scales must be finite and non-negative", kOp, name,
                  i, double(g[i]));
   return g;
-}
-
-// Where prepared row `pr` of prepared expert `e` comes from: a matrix, its row, and the source
-// columns [col0, col0 + ncols) that fill prepared columns [0, ncols) (the rest is zero); row -1
-// is padding.
-struct RowSource {
-  const E2m1Host* m = nullptr;
-  int64_t row = -1, col0 = 0, ncols = 0;
-};
-
-// Fills the e2m1 blocks [tiles, KB] of 128 prepared rows x 64 columns (e2m1_layout.hpp), on the
-// host threads. A code whose 16-block scale is zero is stored as zero (the decode turns a zero
-// scale into a large power of two: e2m1_layout.hpp).
-std::vector<uint8_t> fill_e2m1_blocks(int64_t tiles, int KB,
-                                      const std::function<RowSource(int64_t tile, int row)>& source) {
-  using namespace detail::e2m1;
-  std::vector<uint8_t> out(size_t(tiles) * KB * kBlockBytes);
-  detail::parallel_for(tiles, [&](int64_t t0, int64_t t1) {
-    std::vector<RowSource> rows(kTileRows);
-    for (int64_t tile = t0; tile < t1; ++tile) {
-      for (int r = 0; r < kTileRows; ++r) rows[r] = source(tile, r);
-      for (int kb = 0; kb < KB; ++kb) {
-        uint8_t* blk = out.data() + (size_t(tile) * KB + kb) * kBlockBytes;
-        auto scale_at = [&](int r, int64_t col) -> uint8_t {  // col: prepared column
-          const RowSource& s = rows[r];
-          return s.row < 0 || col >= s.ncols ? 0 : s.m->scale(s.row, s.col0 + col);
-        };
-        for (int t = 0; t < 256; ++t)
-          for (int step = 0; step < kSteps; ++step) {
-            uint32_t word = 0;
-            for (int n = 0; n < 8; ++n) {
-              const Src v = value_source(t, step, n);
-              const int64_t col = int64_t(kb) * kBlockK + v.col;
-              const RowSource& s = rows[v.row];
-              const uint8_t code = scale_at(v.row, col) == 0 ? 0 : s.m->code(s.row, s.col0 + col);
-              word |= uint32_t(code) << (4 * n);
-            }
-            std::memcpy(blk + value_word_offset(t, step), &word, 4);
-          }
-        for (int quad = 0; quad < 64; ++quad)
-          for (int b = 0; b < 8; ++b) {
-            const Src sc = scale_source(quad, b);
-            blk[kValueBytes + 8 * quad + b] = scale_at(sc.row, int64_t(kb) * kBlockK + 16 * sc.col);
-          }
-      }
-    }
-  });
-  return out;
 }
 
 // NVFP4 / MXFP4 weights: read to the host, checked, re-laid into e2m1 blocks in the prepared row
@@ -272,7 +201,7 @@ void prepare_e2m1_weights(MoeLayer::Impl& L, const MoeLayerWeights& w, bool inte
     const bool shared = e >= E;
     const int64_t n_inter = shared ? S : I, i_base = shared ? int64_t(e - E) * L.I_pad : 0;
     const int64_t src = gate_up_source_row(pr, i_base, n_inter, interleaved);
-    RowSource s;
+    E2m1RowSource s;
     if (src < 0) return s;
     s.m = shared ? &sw13 : &w13;
     s.row = shared ? src : int64_t(e) * 2 * I + src;
@@ -301,7 +230,7 @@ void prepare_e2m1_weights(MoeLayer::Impl& L, const MoeLayerWeights& w, bool inte
   // GEMM 2: rows paired; shared chunk c takes the shared MLP's columns [c I_pad, (c+1) I_pad).
   auto src2 = [&](int64_t tile, int r) {
     const int e = int(tile / L.NB2), pr = int(tile % L.NB2) * 128 + r;
-    RowSource s;
+    E2m1RowSource s;
     if (pr >= H) return s;
     const int out = paired_output(pr);
     if (e < E) {

@@ -271,6 +271,23 @@ TEST(LayerGpu, Mxfp4OddSizesAndScalesFarBelowTheRowMax) {
   check_end_to_end(c, d, run, ctx);
 }
 
+TEST(LayerGpu, FourBitScalesThatAreNotFiniteAreRefused) {
+  // A NaN or negative NVFP4 block scale, or UE8M0's NaN code 0xff, is a malformed checkpoint: the
+  // prepare names the tensor, the code, its row and block, and builds nothing.
+  FMOE_SKIP_WITHOUT_GPU();
+  ref::LayerWeights nv = ref::make_random_layer(scaled(find_preset("qwen3-30b-a3b"), 256, 128, 8, Precision::nvfp4), 5);
+  nv.w2.block_scale[3] = 0x7F;  // E4M3 NaN; w2 rows hold I / 16 = 8 scales
+  test::expect_error([&] { cli::make_gpu_layer(nv, nullptr); },
+                     "w2_scale holds the NaN block scale code 0x7f at row 0, column block 3");
+  nv.w2.block_scale[3] = 0xB8;  // -1.0
+  test::expect_error([&] { cli::make_gpu_layer(nv, nullptr); },
+                     "w2_scale holds a negative block scale code 0xb8 at row 0, column block 3");
+  ref::LayerWeights mx = ref::make_random_layer(scaled(find_preset("gpt-oss-120b"), 256, 128, 8, Precision::mxfp4), 5);
+  mx.w13.block_scale[9] = 0xFF;  // w13 rows hold H / 32 = 8 scales
+  test::expect_error([&] { cli::make_gpu_layer(mx, nullptr); },
+                     "w13_scale holds the NaN scale code 0xff at row 1, column block 1");
+}
+
 TEST(LayerGpu, SanitizerSmall) {
   // For compute-sanitizer (scripts/gpu_check.sh): H=2880 gives GEMM 1 23 k-blocks (every k-stage
   // ring wraps), forced BLOCK_T=128 with ~150 routes per expert gives several token tiles per
