@@ -94,50 +94,21 @@ def write_checkpoint(d, family: dict, E: int, H: int, I: int, layer: int, seed: 
     return want
 
 
-def write_gpt_oss(d, E: int, H: int, I: int, layer: int, seed: int = 0) -> Dict[str, np.ndarray]:
-    """A BF16 gpt-oss checkpoint: experts.gate_up_proj [E, H, 2I] with gate and up interleaved
-    by column, its bias [E, 2I], experts.down_proj [E, I, H] + bias [E, H], router.weight and
-    router.bias. Returns what load_moe_layer must give back (w13 [E, 2I, H] in the interleaved
-    row order, w2 [E, H, I], biases as bf16 bits, routing_bias as f32)."""
+def write_gpt_oss(d, E: int, H: int, I: int, layer: int, seed: int = 0,
+                  mxfp4: bool = False) -> Dict[str, np.ndarray]:
+    """A gpt-oss checkpoint with its biases [E, 2I] / [E, H], router.weight and router.bias, and
+    its experts either in BF16 (experts.gate_up_proj [E, H, 2I] with gate and up interleaved by
+    column, experts.down_proj [E, I, H]) or, with `mxfp4`, in the released MXFP4 layout
+    (experts.gate_up_proj_blocks U8 [E, 2I, H/32, 16]: rows gate 2i / up 2i + 1, even element in
+    the low nibble; _scales U8 [E, 2I, H/32] UE8M0; down_proj_blocks [E, H, I/32, 16] + _scales).
+    Returns what load_moe_layer must give back: w13 [E, 2I, H] interleaved by row and w2 [E, H, I]
+    (bf16 bits), or the codes [E, 2I, H/2], [E, H, I/2] and scales as uint8; biases as bf16 bits,
+    routing_bias as f32."""
     cfg = dict(model_type="gpt_oss", hidden_size=H, intermediate_size=I, num_local_experts=E,
                num_experts_per_tok=2, swiglu_limit=7.0)
-    (d / "config.json").write_text(json.dumps(cfg))
-    rng = np.random.default_rng(seed)
-    p = f"model.layers.{layer}.mlp."
-
-    def bf16(shape, scale):
-        return fusedmoe.bf16_from_float(((rng.random(shape, dtype=np.float32) * 2 - 1) * np.float32(scale)))
-
-    gate_up = bf16((E, H, 2 * I), np.sqrt(3.0 / H))
-    down = bf16((E, I, H), np.sqrt(3.0 / I))
-    b13, b2 = bf16((E, 2 * I), 0.1), bf16((E, H), 0.1)
-    router, router_bias = bf16((E, H), 0.05), bf16((E,), 0.5)
-    write_safetensors(d / "model.safetensors", {
-        p + "experts.gate_up_proj": ("BF16", gate_up),
-        p + "experts.gate_up_proj_bias": ("BF16", b13),
-        p + "experts.down_proj": ("BF16", down),
-        p + "experts.down_proj_bias": ("BF16", b2),
-        p + "router.weight": ("BF16", router),
-        p + "router.bias": ("BF16", router_bias),
-    })
-    return {
-        "w13": np.ascontiguousarray(gate_up.transpose(0, 2, 1)),
-        "w2": np.ascontiguousarray(down.transpose(0, 2, 1)),
-        "b13": b13,
-        "b2": b2,
-        "routing_bias": (router_bias.astype(np.uint32) << 16).view(np.float32),
-        "router_weight": router,
-    }
-
-
-def write_gpt_oss_mxfp4(d, E: int, H: int, I: int, layer: int, seed: int = 0) -> Dict[str, np.ndarray]:
-    """gpt-oss's MXFP4 release layout: experts.gate_up_proj_blocks U8 [E, 2I, H/32, 16] (rows gate
-    2i / up 2i + 1, even element in the low nibble) + _scales U8 [E, 2I, H/32] (UE8M0),
-    down_proj_blocks [E, H, I/32, 16] + _scales, bf16 biases, router.weight and router.bias.
-    Returns what load_moe_layer must give back (codes as uint8 [E, 2I, H/2], scales as uint8)."""
-    cfg = dict(model_type="gpt_oss", hidden_size=H, intermediate_size=I, num_local_experts=E,
-               num_experts_per_tok=2, swiglu_limit=7.0,
-               quantization_config=dict(quant_method="mxfp4", modules_to_not_convert=["model.layers.*.self_attn"]))
+    if mxfp4:
+        cfg["quantization_config"] = dict(quant_method="mxfp4",
+                                          modules_to_not_convert=["model.layers.*.self_attn"])
     (d / "config.json").write_text(json.dumps(cfg))
     rng = np.random.default_rng(seed)
     p = f"model.layers.{layer}.mlp."
@@ -149,31 +120,35 @@ def write_gpt_oss_mxfp4(d, E: int, H: int, I: int, layer: int, seed: int = 0) ->
         e0 = int(round(np.log2(np.sqrt(3.0 / fan_in) / 4.5)))
         return (127 + e0 - 1 + rng.integers(0, 3, shape)).astype(np.uint8)
 
-    gu_blocks = rng.integers(0, 256, (E, 2 * I, H // 32, 16), dtype=np.uint8)
-    d_blocks = rng.integers(0, 256, (E, H, I // 32, 16), dtype=np.uint8)
-    gu_scales, d_scales = scales((E, 2 * I, H // 32), H), scales((E, H, I // 32), I)
+    tensors: Dict[str, Tuple[str, np.ndarray]] = {}
+    want: Dict[str, np.ndarray] = {}
+    if mxfp4:
+        gu_blocks = rng.integers(0, 256, (E, 2 * I, H // 32, 16), dtype=np.uint8)
+        d_blocks = rng.integers(0, 256, (E, H, I // 32, 16), dtype=np.uint8)
+        gu_scales, d_scales = scales((E, 2 * I, H // 32), H), scales((E, H, I // 32), I)
+        tensors[p + "experts.gate_up_proj_blocks"] = ("U8", gu_blocks)
+        tensors[p + "experts.gate_up_proj_scales"] = ("U8", gu_scales)
+        tensors[p + "experts.down_proj_blocks"] = ("U8", d_blocks)
+        tensors[p + "experts.down_proj_scales"] = ("U8", d_scales)
+        want.update(w13=gu_blocks.reshape(E, 2 * I, H // 2), w13_scale=gu_scales,
+                    w2=d_blocks.reshape(E, H, I // 2), w2_scale=d_scales)
+    else:
+        gate_up = bf16((E, H, 2 * I), np.sqrt(3.0 / H))
+        down = bf16((E, I, H), np.sqrt(3.0 / I))
+        tensors[p + "experts.gate_up_proj"] = ("BF16", gate_up)
+        tensors[p + "experts.down_proj"] = ("BF16", down)
+        want.update(w13=np.ascontiguousarray(gate_up.transpose(0, 2, 1)),
+                    w2=np.ascontiguousarray(down.transpose(0, 2, 1)))
     b13, b2 = bf16((E, 2 * I), 0.1), bf16((E, H), 0.1)
     router, router_bias = bf16((E, H), 0.05), bf16((E,), 0.5)
-    write_safetensors(d / "model.safetensors", {
-        p + "experts.gate_up_proj_blocks": ("U8", gu_blocks),
-        p + "experts.gate_up_proj_scales": ("U8", gu_scales),
-        p + "experts.gate_up_proj_bias": ("BF16", b13),
-        p + "experts.down_proj_blocks": ("U8", d_blocks),
-        p + "experts.down_proj_scales": ("U8", d_scales),
-        p + "experts.down_proj_bias": ("BF16", b2),
-        p + "router.weight": ("BF16", router),
-        p + "router.bias": ("BF16", router_bias),
-    })
-    return {
-        "w13": gu_blocks.reshape(E, 2 * I, H // 2),
-        "w13_scale": gu_scales,
-        "w2": d_blocks.reshape(E, H, I // 2),
-        "w2_scale": d_scales,
-        "b13": b13,
-        "b2": b2,
-        "routing_bias": (router_bias.astype(np.uint32) << 16).view(np.float32),
-        "router_weight": router,
-    }
+    tensors[p + "experts.gate_up_proj_bias"] = ("BF16", b13)
+    tensors[p + "experts.down_proj_bias"] = ("BF16", b2)
+    tensors[p + "router.weight"] = ("BF16", router)
+    tensors[p + "router.bias"] = ("BF16", router_bias)
+    write_safetensors(d / "model.safetensors", tensors)
+    want.update(b13=b13, b2=b2, routing_bias=(router_bias.astype(np.uint32) << 16).view(np.float32),
+                router_weight=router)
+    return want
 
 
 def write_nvfp4(d, E: int, H: int, I: int, layer: int, seed: int = 0) -> None:

@@ -75,7 +75,7 @@ def test_gpt_oss_bf16(tmp_path):
 
 
 def test_gpt_oss_mxfp4(tmp_path):
-    want = ck.write_gpt_oss_mxfp4(tmp_path, E, H, 64, layer=2, seed=7)
+    want = ck.write_gpt_oss(tmp_path, E, H, 64, layer=2, seed=7, mxfp4=True)
     cfg, tensors = fusedmoe.load_moe_layer(tmp_path, 2)
     assert cfg.weight_precision == Precision.mxfp4 and cfg.activation_precision == Precision.bf16
     assert tensors["w13"][1] == DType.e2m1x2 and tensors["w13_scale"][1] == DType.ue8m0

@@ -281,7 +281,7 @@ def test_from_pretrained_gpt_oss_mxfp4(tmp_path):
     import checkpoint_util as ck
 
     E, H, I = 8, 256, 128
-    want = ck.write_gpt_oss_mxfp4(tmp_path, E, H, I, layer=1, seed=5)
+    want = ck.write_gpt_oss(tmp_path, E, H, I, layer=1, seed=5, mxfp4=True)
     layer = fusedmoe.MoeLayer.from_pretrained(tmp_path, 1)
     cfg = layer.config
     assert cfg.weight_precision == Precision.mxfp4 and cfg.activation_precision == Precision.bf16
