@@ -7,22 +7,31 @@
 // takes, per thread, four bf16x2 registers: rows r0 = 16 warp + lane / 4 and r1 = r0 + 8 of the
 // warpgroup's 64, columns k = 2q, 2q + 1 and 2q + 8, 2q + 9 of the k16 step (q = lane % 4):
 //   a0 = (r0; 2q, 2q+1)  a1 = (r1; 2q, 2q+1)  a2 = (r0; 2q+8, 2q+9)  a3 = (r1; 2q+8, 2q+9)
-// Those 8 E2M1 values are one 32-bit word of the prepared layout, nibbles ordered so that each
-// register falls out of the word by one shift and one masked merge (decode below): a_p comes from
-// the word shifted left by 4p, its low element at bits 12-15 and its high element at bits 28-31.
+// Those 8 E2M1 values are one 32-bit word of the prepared layout. A bf16 reads an E2M1 code (sign,
+// e1 e0 m) placed at its bits 15 and 8..6 as the code's value * 2^-126, so register p needs the
+// code bits at 15, 8, 7, 6 (low element) and 31, 24, 23, 22 (high). The word's bits are spread
+// (kCodeBit) so that three registers come out by one shift and one mask each (a0: the bits are
+// in place; a1: << 3; a2: << 6) and the fourth from the 8 bits left (three shifts, three masks):
+// 8 integer-pipe instructions per word where contiguous nibbles took 10 (a nibble's sign and
+// magnitude move by different amounts, so every register took two shifts and two masks). The
+// integer pipe is what the decode saturates (ncu, docs/performance.md).
 // A k-block is 64 K values (one bf16 activation row of 128 bytes, one 128-byte swizzle row): four
 // k16 steps, so each thread's words of a 128-row weight tile and k-block are 16 contiguous bytes
 // (one 16-byte shared-memory load, consecutive lanes consecutive: no bank conflicts).
 //
-// The block scales stay E4M3 (1 byte per 16 values, as ModelOpt stores them): per thread and k16
-// step one byte for r0 and one for r1, 8 bytes per k-block, shared by the 4 lanes of a quad.
+// The block scales: 1 byte per 16 values as in the checkpoint, but re-encoded (scale_code) so that
+// a bf16 pair of the scale falls out of one byte permute and one integer multiply-add: E4M3's
+// values (2^-9 .. 448) with their subnormals normalized, a 5-bit exponent from 2^-9 and E4M3's 3
+// mantissa bits. Per thread and k16 step one byte for r0 and one for r1, 8 bytes per k-block,
+// shared by the 4 lanes of a quad. (Decoding E4M3 itself took cvt.rn.f16x2.e4m3x2 and four
+// integer operations per pair: a quarter of the decode's integer-pipe instructions.)
 //
 // Exactness. The decode places an E2M1 code's exponent and mantissa bits into a bf16's lowest
 // exponent bits and top mantissa bit, which reads as value * 2^-126 (code 1, 0.5, becomes a bf16
-// subnormal); a scale converted by cvt.rn.f16x2.e4m3x2 (exact) becomes the bf16 scale * 2^100 by
-// moving its bits; their bf16 product is value * scale * 2^-26, exact (at most 5 significant bits,
-// exponents from 2^-36 to 2^11.4). The fp32 accumulators are multiplied by the global scale
-// (weight_scale_2) * 2^26 once per tile.
+// subnormal); a scale byte placed into a bf16's exponent and mantissa reads as the scale * 2^100;
+// their bf16 product is value * scale * 2^-26, exact (at most 5 significant bits, exponents from
+// 2^-36 to 2^11.4). The fp32 accumulators are multiplied by the global scale (weight_scale_2) *
+// 2^26 once per tile.
 #pragma once
 
 #include <cstdint>
@@ -57,8 +66,8 @@ struct Src {
 FMOE_E2M1_HD Src value_source(int t, int step, int n) {
   const int wgc = t / 128, warp = (t / 32) % 4, lane = t % 32, q = lane % 4;
   const int r0 = 64 * wgc + 16 * warp + lane / 4;
-  // nibble -> (row r0 / r1, column offset): p = 3 - (n % 4) is the register, n / 4 the element.
-  const int p = 3 - (n % 4), elem = n / 4;
+  // code n -> (row r0 / r1, column offset): p = n % 4 is the register, n / 4 the element.
+  const int p = n % 4, elem = n / 4;
   const int row = r0 + (p % 2 == 1 ? 8 : 0);
   const int col = 16 * step + 2 * q + (p >= 2 ? 8 : 0) + elem;
   return {row, col};
@@ -79,18 +88,59 @@ FMOE_E2M1_HD int thread_quad(int t) { return (t / 32) * 8 + (t % 32) / 4; }
 
 // ---- decode ----------------------------------------------------------------------------------
 
-/// Register p (0..3) of a word: bf16x2 bits whose values are the two E2M1 codes * 2^-126.
-FMOE_E2M1_HD uint32_t decode_pair(uint32_t word, int p) {
-  const uint32_t q = word << (4 * p);
-  return (q & 0x80008000u) | ((q >> 6) & 0x01C001C0u);
+/// Word bit of bit b (0: m, 1: e0, 2: e1, 3: sign) of code n (0..7: register n % 4, element
+/// n / 4; the high element's bits are the low one's + 16).
+FMOE_E2M1_HD int code_bit(int n, int b) {
+  constexpr int kLow[4][4] = {
+      {6, 7, 8, 15},     // a0: where the bf16 reads them
+      {3, 4, 5, 12},     // a1: << 3
+      {0, 1, 2, 9},      // a2: << 6
+      {13, 10, 11, 14},  // a3: m >> 7, e0 e1 >> 3, sign << 1
+  };
+  return kLow[n % 4][b] + 16 * (n / 4);
+}
+/// The word bits of E2M1 code `code` (0..15) as code n.
+FMOE_E2M1_HD uint32_t place_code(int n, uint32_t code) {
+  uint32_t w = 0;
+  for (int b = 0; b < 4; ++b) w |= ((code >> b) & 1u) << code_bit(n, b);
+  return w;
+}
+/// Code n of a word (the inverse of place_code).
+FMOE_E2M1_HD uint32_t take_code(uint32_t word, int n) {
+  uint32_t c = 0;
+  for (int b = 0; b < 4; ++b) c |= ((word >> code_bit(n, b)) & 1u) << b;
+  return c;
 }
 
-/// Two E4M3 scales, as the f16x2 that cvt.rn.f16x2.e4m3x2 gives (exact), to the bf16x2 of the
-/// scales * 2^100. The scales must be finite and non-negative (prepare checks); a zero scale
-/// becomes 2^85, harmless because prepare zeroes the codes of a block whose scale is zero.
-FMOE_E2M1_HD uint32_t scale_f16x2_to_bf16x2(uint32_t h) {
-  return ((h >> 3) & 0x0FFF0FFFu) + 0x6A006A00u;
+/// Register p (0..3) of a word: bf16x2 bits whose values are codes p and p + 4 * 2^-126.
+FMOE_E2M1_HD uint32_t decode_pair(uint32_t word, int p) {
+  constexpr uint32_t kBf16Bits = 0x81C081C0u;  // sign, e1, e0, m of both elements
+  switch (p) {
+    case 0: return word & kBf16Bits;
+    case 1: return (word << 3) & kBf16Bits;
+    case 2: return (word << 6) & kBf16Bits;
+    default:
+      return ((word << 1) & 0x80008000u) | ((word >> 3) & 0x01800180u) | ((word >> 7) & 0x00400040u);
+  }
 }
+
+/// The prepared byte of a finite non-negative E4M3 scale: (e + 9) << 3 | m for the value
+/// 2^e * 1.m (e from -9 to 8; an E4M3 subnormal is normalized here). A zero scale gives 0 (the
+/// value 2^-9), harmless because prepare zeroes the codes of a block whose scale is zero.
+FMOE_E2M1_HD uint8_t scale_code(uint8_t e4m3) {
+  if (e4m3 >= 8) return uint8_t(e4m3 + 16);  // normal: exponent field e + 7 -> e + 9
+  int e = -9, m = e4m3;                        // subnormal: m * 2^-9, m in 1..7
+  if (m == 0) return 0;
+  while (m < 8) m <<= 1, --e;                  // normalize to 1.mmm (m in 8..15)
+  e += 3;
+  return uint8_t((e + 9) << 3 | (m & 7));
+}
+
+/// The bf16 pair (s, s) of scale * 2^100 from 0x00cc00cc (c a prepared scale byte, placed in both
+/// halves by one byte permute): bits c << 4 are the low 5 exponent bits and 3 mantissa bits, and
+/// the constant adds the exponent's bias (218 = 127 + 100 - 9).
+constexpr uint32_t kScalePairBias = 0x6D006D00u;
+FMOE_E2M1_HD uint32_t scale_pair(uint32_t spread) { return spread * 16u + kScalePairBias; }
 
 // ---- MXFP4 (gpt-oss): UE8M0 scales per 32 in the E4M3 slots ----------------------------------
 // The decode above takes E4M3 block scales per 16. An MXFP4 scale 2^(c - 127) (UE8M0 code c,
@@ -119,11 +169,6 @@ FMOE_E2M1_HD int mx_row_factor_log2(int row_max) { return row_max - 127 - kMxTop
 #if defined(__CUDACC__)
 // ---- device: one thread's fragments of one (128-row tile, k-block) ---------------------------
 
-__device__ __forceinline__ uint32_t cvt_f16x2_e4m3x2(uint16_t two_codes) {
-  uint32_t h;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(two_codes));
-  return h;
-}
 __device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
   uint32_t d;
   asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
@@ -141,8 +186,10 @@ __device__ __forceinline__ void decode_fragments(const uint8_t* block, int t, ui
 #pragma unroll
   for (int step = 0; step < kSteps; ++step) {
     const uint32_t sw = step < 2 ? scales.x : scales.y;
-    const uint32_t s01 = scale_f16x2_to_bf16x2(cvt_f16x2_e4m3x2(uint16_t(sw >> (16 * (step % 2)))));
-    const uint32_t s0 = __byte_perm(s01, 0, 0x1010), s1 = __byte_perm(s01, 0, 0x3232);  // (r0, r0), (r1, r1)
+    const uint32_t b0 = 2 * (step % 2), b1 = b0 + 1;  // the step's r0 and r1 bytes in sw
+    // (r0, r0) and (r1, r1): byte permutes with zero bytes from the second operand (selector 4).
+    const uint32_t s0 = scale_pair(__byte_perm(sw, 0, 0x4040u | (b0 * 0x0101u)));
+    const uint32_t s1 = scale_pair(__byte_perm(sw, 0, 0x4040u | (b1 * 0x0101u)));
 #pragma unroll
     for (int p = 0; p < 4; ++p) a[step][p] = mul_bf16x2(decode_pair(w4[step], p), p % 2 ? s1 : s0);
   }

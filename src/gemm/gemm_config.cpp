@@ -10,9 +10,9 @@ GemmConfigInfo gemm_config_info(GemmConfigId id) {
   using R = GemmRows;
   using Ep = GemmEpilogue;
   switch (id) {
-#define FMOE_GG(name, bt, waves, stages, weights, rows, epi, operands) \
-  case GemmConfigId::name:                                              \
-    return {#name, bt, waves, stages, W::weights, R::rows, Ep::epi, GemmOperands::operands};
+#define FMOE_GG(name, bt, waves, stages, weights, rows, epi, operands, ctas) \
+  case GemmConfigId::name:                                                    \
+    return {#name, bt, waves, stages, W::weights, R::rows, Ep::epi, GemmOperands::operands, ctas};
 #include "gemm/gemm_configs.def"
 #undef FMOE_GG
     default: break;
@@ -46,11 +46,11 @@ bool same_family(const GemmConfigInfo& c, const GemmFamily& f) {
 }  // namespace
 
 GemmConfigId gemm_config_of(GemmWeights w, GemmRows rows, GemmEpilogue epi, int block_t,
-                            int waves, GemmOperands operands) {
+                            int waves, GemmOperands operands, int ctas) {
   for (int i = 0; i < int(GemmConfigId::count); ++i) {
     const GemmConfigInfo c = gemm_config_info(GemmConfigId(i));
     if (c.block_t == block_t && c.waves == waves && c.operands == operands &&
-        same_family(c, {w, rows, epi}))
+        (ctas == 0 || c.ctas_per_sm == ctas) && same_family(c, {w, rows, epi}))
       return GemmConfigId(i);
   }
   FMOE_REQUIRE(false, "grouped_gemm: no compiled %s %s config with BLOCK_T=%d, %d weight wave(s) "
@@ -90,6 +90,39 @@ GemmOperands select_operands(const GemmFamily& f, int block_t, int K, bool two_s
   }
   if (reason && why) *reason += std::string(reason->empty() ? "" : "; ") + family_name(f.rows, f.epilogue) + ": " + why;
   return o;
+}
+
+int select_ctas(const GemmFamily& f, int block_t, int waves, GemmOperands operands, double tiles,
+                int sms, const std::string& forced, std::string* reason) {
+  bool has[3] = {false, false, false};
+  for (int i = 0; i < int(GemmConfigId::count); ++i) {
+    const GemmConfigInfo c = gemm_config_info(GemmConfigId(i));
+    if (c.block_t == block_t && c.waves == waves && c.operands == operands && same_family(c, f))
+      has[c.ctas_per_sm] = true;
+  }
+  const GemmConfigId id = forced.empty() ? GemmConfigId::count : gemm_config_by_name(forced);
+  int ctas;
+  const char* why = nullptr;
+  if (id != GemmConfigId::count && same_family(gemm_config_info(id), f)) {
+    ctas = gemm_config_info(id).ctas_per_sm;
+    why = "forced";
+  } else if (!has[2]) {
+    ctas = 1;
+  } else if (!has[1]) {
+    ctas = 2;
+    why = "two CTAs an SM (the only config of this width)";
+  } else if (f.epilogue == GemmEpilogue::swiglu && tiles < sms) {
+    // Measured on H100 (docs/performance.md, issue 11): qwen3-30b-a3b T=1 (96 gate/up tiles)
+    // 15.3 us with one CTA of 16 stages, 20.6 with two of 8.
+    ctas = 1;
+    why = "one CTA an SM (fewer tiles than SMs: a deeper ring per tile)";
+  } else {
+    // Two CTAs of half the stages: the same bytes in flight, twice the warps that decode.
+    ctas = 2;
+    why = "two CTAs an SM (twice the consumer warps per scheduler)";
+  }
+  if (reason && why) *reason += std::string(reason->empty() ? "" : "; ") + family_name(f.rows, f.epilogue) + ": " + why;
+  return ctas;
 }
 
 int select_waves(const GemmFamily& f, int block_t, int nb, int K, const std::string& forced,

@@ -15,7 +15,7 @@ enum class GemmEpilogue : int { combine, swiglu };
 enum class GemmOperands : int { weights_m, tokens_m };
 
 enum class GemmConfigId : int {
-#define FMOE_GG(name, bt, waves, stages, weights, rows, epi, operands) name,
+#define FMOE_GG(name, bt, waves, stages, weights, rows, epi, operands, ctas) name,
 #include "gemm/gemm_configs.def"
 #undef FMOE_GG
   count
@@ -28,16 +28,18 @@ struct GemmConfigInfo {
   GemmRows rows;
   GemmEpilogue epilogue;
   GemmOperands operands;
+  int ctas_per_sm;
 };
 GemmConfigInfo gemm_config_info(GemmConfigId id);
 /// The config named `name`, or GemmConfigId::count when there is none.
 GemmConfigId gemm_config_by_name(const std::string& name);
 const char* gemm_weights_name(GemmWeights w);
 
-/// The config of one family with this token-tile width, weight waves and operand orientation
-/// (Error if none is compiled).
+/// The config of one family with this token-tile width, weight waves, operand orientation and
+/// CTAs per SM (0: whichever is compiled first) (Error if none is compiled).
 GemmConfigId gemm_config_of(GemmWeights w, GemmRows rows, GemmEpilogue epi, int block_t,
-                            int waves = 1, GemmOperands operands = GemmOperands::weights_m);
+                            int waves = 1, GemmOperands operands = GemmOperands::weights_m,
+                            int ctas = 0);
 
 /// The token-tile width (BLOCK_T) for a grouped GEMM whose experts get T*k/E rows on average,
 /// with the reason. One width serves both GEMMs of a layer (they share the schedule's table).
@@ -66,5 +68,13 @@ int select_waves(const GemmFamily& f, int block_t, int nb, int K, const std::str
 /// two_scales is an Error.
 GemmOperands select_operands(const GemmFamily& f, int block_t, int K, bool two_scales,
                              const std::string& forced, std::string* reason);
+
+/// CTAs per SM (1 or 2, gemm_configs.def's ctas column) for one GEMM of family `f` with this
+/// width, waves and operands, expecting `tiles` output tiles on `sms` SMs. Where only one of the
+/// two is compiled, that one; where both are, two unless the epilogue needs whole tiles
+/// (swiglu) and fewer tiles than SMs are expected: then no SM gets a second tile, and one CTA's
+/// ring twice as deep streams its tile faster. A forced config of this family decides.
+int select_ctas(const GemmFamily& f, int block_t, int waves, GemmOperands operands, double tiles,
+                int sms, const std::string& forced, std::string* reason);
 
 }  // namespace fusedmoe::detail

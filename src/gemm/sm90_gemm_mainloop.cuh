@@ -181,6 +181,7 @@ struct Mma;
 // spilled), so the stage is released after the last wave's promotion instead of before it.
 template <class Cfg>
 struct Mma<Cfg, true> {
+  static constexpr bool kPipelined = false;  // one stage at a time: stage()
   static constexpr int kSteps = Cfg::BLOCK_K / 32 / Cfg::kScaleBlocks;  // k32 wgmmas per block
   static constexpr int kCols = Cfg::BLOCK_T / 8;  // this thread's column pairs
   float part[Cfg::kAccRegs];  // (64 rows, BLOCK_T cols) for one scale block, before scaling
@@ -263,6 +264,7 @@ struct Mma<Cfg, true> {
 // 4 products and the FMAs, against 32 column scales and 32-64 products with weights as M.
 template <class Cfg>
 struct MmaTokensM {
+  static constexpr bool kPipelined = false;  // one stage at a time: stage()
   static constexpr int kSteps = Cfg::BLOCK_K / 32 / Cfg::kScaleBlocks;  // k32 wgmmas per block
   float part[Cfg::kAccRegs];
 
@@ -318,6 +320,7 @@ struct MmaTokensM {
 // wave's wgmmas go out as one batch.
 template <class Cfg>
 struct Mma<Cfg, false> {
+  static constexpr bool kPipelined = false;  // one stage at a time: stage()
   __device__ void finish(const GroupedGemmParams&, const Segment&,
                          float (&)[Cfg::kWaves][Cfg::kAccRegs], int, int) {}
 
@@ -350,36 +353,51 @@ struct Mma<Cfg, false> {
 // NVFP4 weights (e2m1) x bf16 activations, weights as wgmma's M side with A from registers: each
 // thread decodes its fragments of every wave's block (one 16-byte and one 8-byte shared load,
 // e2m1_layout.hpp) into bf16 values * scales * 2^-26, exact, and the wgmmas accumulate straight
-// into the running sums. A register operand must not change while its wgmma runs, so a stage's
-// fragments are all decoded before its first wgmma and the stage ends with a wait. finish()
-// multiplies each row by its global scale * 2^26 (GroupedGemmParams::row_scale).
+// into the running sums. finish() multiplies each row by its global scale * 2^26
+// (GroupedGemmParams::row_scale).
+// Software-pipelined (kPipelined: the skeleton drives decode / issue / retire): a register operand
+// must not change while its wgmma runs, so the fragments are double-buffered, and the next
+// (stage, wave) unit is decoded into one buffer while this unit's wgmmas read the other. The
+// decode is ~100 ALU instructions per thread and unit, the wgmmas' latency as long again at
+// decode sizes: done in turn (decode, issue, wait) the two only added up. One wave's fragments
+// per buffer (not a whole stage's) keep the two-wave configs inside their registers.
 template <class Cfg>
 struct MmaE2M1 {
-  __device__ void stage(const typename Cfg::Stage& st, float (&acc)[Cfg::kWaves][Cfg::kAccRegs],
-                        int wgc, int tid, uint64_t* empty) {
+  static constexpr bool kPipelined = true;
+  static_assert(Cfg::kWaves <= 2, "e2m1: the skeleton's unit order covers one or two waves");
+  uint32_t frag[2][e2m1::kSteps][4];  // (buffer, k16 step, wgmma register)
+
+  template <int kBuf>
+  __device__ void decode(const typename Cfg::Stage& st, int wave, int wgc, int tid) {
+    e2m1::decode_fragments(st.w + wave * e2m1::kBlockBytes, 128 * wgc + tid, frag[kBuf]);
+  }
+
+  template <int kBuf, int kWave>
+  __device__ void issue(const typename Cfg::Stage& st, float (&acc)[Cfg::kWaves][Cfg::kAccRegs]) {
     using W = ptx::WgmmaBf16RegA<Cfg::BLOCK_T>;
-    const int t = 128 * wgc + tid;
-    uint32_t frag[Cfg::kWaves][e2m1::kSteps][4];  // (wave, k16 step, wgmma register)
-#pragma unroll
-    for (int w = 0; w < Cfg::kWaves; ++w) e2m1::decode_fragments(st.w + w * e2m1::kBlockBytes, t, frag[w]);
     const uint64_t desc_a = ptx::smem_desc_k128b(st.a);  // the activations: wgmma's B
 #pragma unroll
-    for (int w = 0; w < Cfg::kWaves; ++w)
-#pragma unroll
-      for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(acc[w][i]);
+    for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(acc[kWave][i]);
     ptx::wgmma_fence();
 #pragma unroll
-    for (int w = 0; w < Cfg::kWaves; ++w)
-#pragma unroll
-      for (int step = 0; step < e2m1::kSteps; ++step)  // k16 = 32 bytes = 2 descriptor units
-        W::mma(frag[w][step], desc_a + 2 * step, acc[w], 1);
+    for (int step = 0; step < e2m1::kSteps; ++step)  // k16 = 32 bytes = 2 descriptor units
+      W::mma(frag[kBuf][step], desc_a + 2 * step, acc[kWave], 1);
     ptx::wgmma_commit();
+  }
+
+  // Waits for the wgmmas issue<kBuf, kWave>() started; hands their stage back if `empty` is set.
+  template <int kBuf, int kWave>
+  __device__ void retire(float (&acc)[Cfg::kWaves][Cfg::kAccRegs], uint64_t* empty) {
     ptx::wgmma_wait<0>();
 #pragma unroll
-    for (int w = 0; w < Cfg::kWaves; ++w)
+    for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(acc[kWave][i]);
+    // The buffer stays live up to here, so it can't share registers with the other one while the
+    // wgmmas read it.
 #pragma unroll
-      for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(acc[w][i]);
-    cuda::ptx::mbarrier_arrive(empty);
+    for (int step = 0; step < e2m1::kSteps; ++step)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) asm volatile("" ::"r"(frag[kBuf][step][r]) : "memory");
+    if (empty != nullptr) cuda::ptx::mbarrier_arrive(empty);
   }
 
   // Fragment: acc[w][4b + 2r + h] is row 16 warp + lane / 4 + 8 r of this warpgroup's 64 in wave w.

@@ -9,12 +9,14 @@
 // kStages-deep k-stage ring), warpgroups 1-2 consume (64 weight rows each, or with tokens_m 64
 // tokens each: MMA per stage, then the epilogue from registers and the meta slot). A tile has kWaves 128-row weight waves: each k-stage
 // holds all of them, and every consumer runs its 64 rows of each wave in turn (its own
-// accumulator per wave). Persistent: one CTA per SM, launched with PDL.
+// accumulator per wave). Persistent: one CTA per SM (two for the configs that say so), launched with PDL.
 #pragma once
 
 #include <cub/block/block_scan.cuh>
 #include <cuda/ptx>
 #include <cuda_runtime.h>
+
+#include <type_traits>
 
 #include "common/cuda_check.hpp"
 #include "fusedmoe/error.hpp"
@@ -26,7 +28,7 @@
 namespace fusedmoe::detail {
 
 template <int kBlockT, int kWaves_, int kStages_, GemmWeights kWeights_, GemmRows kRows_,
-          GemmEpilogue kEpi_, GemmOperands kOperands_ = GemmOperands::weights_m>
+          GemmEpilogue kEpi_, GemmOperands kOperands_ = GemmOperands::weights_m, int kCtas_ = 1>
 struct GemmConfig {
   static constexpr GemmWeights kWeights = kWeights_;
   // Tokens as wgmma's M side (64 per consumer warpgroup), each weight wave its N.
@@ -63,9 +65,18 @@ struct GemmConfig {
   // 72, which leaves the consumers 216: enough for one wave's two fragments, and for two waves'
   // three (column scales read late, see Mma). The tma-rows producer fits 56, and the two-wave
   // combine consumer needs the 224 that leaves (16 bytes spilled at 216).
+  // Two CTAs per SM (gemm_configs.def: the e2m1 decode tiles) share the register file: each is
+  // launched with 80 a thread, and setmaxnreg moves registers only inside the CTA's own pool
+  // (an increase past it waits forever): 88 for the consumers (one wave: 8-16 accumulators and
+  // two fragment buffers of 16; the BLOCK_T = 32 swiglu consumer spilled 8 bytes, so that tile
+  // stays one CTA an SM), 56 for the producer (48 spilled 8-12 bytes of the gathered walk).
+  static constexpr int kCtasPerSm = kCtas_;
   static constexpr bool kBigConsumer = kWaves == 2 && kRows == GemmRows::tma;
-  static constexpr int kProducerRegs = kBigConsumer ? 56 : 72;
-  static constexpr int kConsumerRegs = kBigConsumer ? 224 : 216;
+  static constexpr int kProducerRegs = kCtasPerSm == 2 ? 56 : kBigConsumer ? 56 : 72;
+  static constexpr int kConsumerRegs = kCtasPerSm == 2 ? 88 : kBigConsumer ? 224 : 216;
+  // Registers a thread gets at launch with kCtasPerSm CTAs of kThreads on an SM (warps allocate
+  // in units of 8 a thread); the setmaxnreg split must fit in them.
+  static constexpr int kLaunchRegs = 65536 / (kThreads * kCtas_) / 8 * 8;
   static constexpr int kMaxExperts = kGemmMaxExperts;
   // Decode sizes (BLOCK_T <= 64) can build the schedule inside the kernel from up to this many
   // routes (their ids staged in shared memory): one launch fewer.
@@ -119,9 +130,12 @@ struct GemmConfig {
   static_assert(!kTokensM || (BLOCK_T == 128 && kFp8),
                 "tokens_m: fp8 weights and 128-token tiles (2 consumers x m64) only");
   static_assert(kABytes % 1024 == 0, "activation tile must keep stages 1024-aligned");
-  static_assert(kSmemBytes <= 227 * 1024, "shared memory budget of one SM exceeded");
-  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWGs <= 65536,
-                "setmaxnreg split exceeds the register file");
+  static_assert(kCtasPerSm == 1 || kCtasPerSm == 2, "one or two CTAs per SM");
+  // 228 KB of shared memory per SM, 1 KB of it reserved per CTA.
+  static_assert(kSmemBytes <= (kCtasPerSm == 1 ? 227 * 1024 : 113 * 1024),
+                "shared memory budget of one SM exceeded");
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWGs <= kLaunchRegs * kThreads,
+                "setmaxnreg split exceeds the registers the CTA is launched with");
 };
 
 // A position in a ring of mbarrier-guarded slots.
@@ -189,8 +203,9 @@ __device__ void consume(const GroupedGemmParams& p, typename Cfg::SharedStorage&
   namespace cptx = cuda::ptx;
   RingPos<Cfg::kStages> stage;
   RingPos<Cfg::kMetaStages> meta;
-  std::conditional_t<Cfg::kTokensM, MmaTokensM<Cfg>,
-                     std::conditional_t<Cfg::kE2M1, MmaE2M1<Cfg>, Mma<Cfg>>> mma;
+  using Mma_t = std::conditional_t<Cfg::kTokensM, MmaTokensM<Cfg>,
+                                   std::conditional_t<Cfg::kE2M1, MmaE2M1<Cfg>, Mma<Cfg>>>;
+  Mma_t mma;
   float acc[Cfg::kWaves][Cfg::kAccRegs];  // per wave (64 rows, BLOCK_T cols): the running sums
   for (;;) {
     wait_barrier(&ss.meta_full[meta.idx], meta.phase);
@@ -203,19 +218,60 @@ __device__ void consume(const GroupedGemmParams& p, typename Cfg::SharedStorage&
     for (int w = 0; w < Cfg::kWaves; ++w)
 #pragma unroll
       for (int i = 0; i < Cfg::kAccRegs; ++i) acc[w][i] = 0.0f;
-    for (int kb = kb0; kb < kb1; ++kb) {
+    // Gathered activations are written by cp.async (generic proxy) and read by wgmma (async
+    // proxy). TMA-loaded operands need no fence (the scales cp.async writes are read by plain
+    // loads); the fence compiles to a CTA memory barrier, so it is left out where it is not needed.
+    auto wait_full = [&] {
       wait_barrier(&ss.full[stage.idx], stage.phase);
-      // Gathered activations are written by cp.async (generic proxy) and read by wgmma (async
-      // proxy). TMA-loaded operands need no fence (the scales cp.async writes are read by plain
-      // loads); the fence compiles to a CTA memory barrier, so it is left out where it is not needed.
       if constexpr (Cfg::kRows == GemmRows::gathered) cptx::fence_proxy_async(cptx::space_shared);
-      // The MMA hands the stage back (arrives on its empty barrier) as soon as every read of it
-      // (wgmma, scales) is done, before its promotion. Each thread arrives for its own reads
-      // (release): one arrival per warp after __syncwarp orders the other lanes' reads only
-      // through cumulativity, which compute-sanitizer's racecheck does not follow (it reported
-      // the producer's next cp.async into the scale slots as a WAR hazard).
-      mma.stage(ss.stages[stage.idx], acc, wgc, tid, &ss.empty[stage.idx]);
-      stage.advance();
+    };
+    if constexpr (Mma_t::kPipelined) {
+      // Units (stage, wave) in order, the next one decoded while this one's wgmmas run (MmaE2M1);
+      // unit u's fragments in buffer u % 2, so the loop is unrolled until the buffers come round.
+      using I0 = std::integral_constant<int, 0>;
+      using I1 = std::integral_constant<int, 1>;
+      auto unit = [&](auto buf, auto wave, int kb) {
+        constexpr int b = decltype(buf)::value, w = decltype(wave)::value;
+        mma.template issue<b, w>(ss.stages[stage.idx], acc);
+        uint64_t* empty = nullptr;
+        if constexpr (w + 1 < Cfg::kWaves) {
+          mma.template decode<1 - b>(ss.stages[stage.idx], w + 1, wgc, tid);
+        } else {  // the stage's last unit: hand it back after its wgmmas, decode the next stage
+          empty = &ss.empty[stage.idx];
+          stage.advance();
+          if (kb + 1 < kb1) {
+            wait_full();
+            mma.template decode<1 - b>(ss.stages[stage.idx], 0, wgc, tid);
+          }
+        }
+        mma.template retire<b, w>(acc, empty);
+      };
+      if (kb0 < kb1) {
+        wait_full();
+        mma.template decode<0>(ss.stages[stage.idx], 0, wgc, tid);
+        for (int kb = kb0;;) {
+          if constexpr (Cfg::kWaves == 2) {
+            unit(I0{}, I0{}, kb);
+            unit(I1{}, I1{}, kb);
+          } else {
+            unit(I0{}, I0{}, kb);
+            if (++kb == kb1) break;
+            unit(I1{}, I0{}, kb);
+          }
+          if (++kb == kb1) break;
+        }
+      }
+    } else {
+      for (int kb = kb0; kb < kb1; ++kb) {
+        wait_full();
+        // The MMA hands the stage back (arrives on its empty barrier) as soon as every read of it
+        // (wgmma, scales) is done, before its promotion. Each thread arrives for its own reads
+        // (release): one arrival per warp after __syncwarp orders the other lanes' reads only
+        // through cumulativity, which compute-sanitizer's racecheck does not follow (it reported
+        // the producer's next cp.async into the scale slots as a WAR hazard).
+        mma.stage(ss.stages[stage.idx], acc, wgc, tid, &ss.empty[stage.idx]);
+        stage.advance();
+      }
     }
     mma.finish(p, m.seg, acc, wgc, tid);  // per-row factors the k-stages left out (e2m1)
     // Each wave is stored as the 128-row tile it is (weight tile kWaves * wb + w).
@@ -254,7 +310,7 @@ __device__ void prefetch_expected_weights(const GroupedGemmParams& p) {
 }
 
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
 grouped_gemm_kernel(const __grid_constant__ GroupedGemmParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   namespace cptx = cuda::ptx;
@@ -311,7 +367,7 @@ void launch_grouped_gemm_cfg(const GroupedGemmParams& p, int num_sms, cudaStream
   auto kernel = grouped_gemm_kernel<Cfg>;
   FMOE_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  int(Cfg::kSmemBytes)));
-  launch_pdl(kernel, dim3(num_sms), dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p);
+  launch_pdl(kernel, dim3(num_sms * Cfg::kCtasPerSm), dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p);
   FMOE_CHECK_LAUNCH("grouped_gemm_kernel", stream);
 }
 
@@ -323,12 +379,12 @@ template <GemmWeights kW>
 bool launch_grouped_gemm_of(GemmConfigId id, const GroupedGemmParams& p, int num_sms,
                             cudaStream_t stream) {
   switch (id) {
-#define FMOE_GG(name, bt, waves, stages, weights, rows, epi, operands)                        \
+#define FMOE_GG(name, bt, waves, stages, weights, rows, epi, operands, ctas)                  \
   case GemmConfigId::name:                                                                    \
     if constexpr (GemmWeights::weights == kW) {                                               \
       launch_grouped_gemm_cfg<GemmConfig<bt, waves, stages, GemmWeights::weights,             \
                                          GemmRows::rows, GemmEpilogue::epi,                   \
-                                         GemmOperands::operands>>(p, num_sms, stream);        \
+                                         GemmOperands::operands, ctas>>(p, num_sms, stream);  \
       return true;                                                                            \
     }                                                                                         \
     return false;

@@ -3,7 +3,7 @@
 // Speed: a DeepSeek-V3 layer is ~11e9 nibbles. The layout maps each (thread, k16 step, nibble) to a
 // (row, column); evaluating that map, the nibble's row and its scale per nibble cost 4.5-6 ns a
 // nibble on one core (the 2-core development machine, tests/layer/test_e2m1_prepare.cpp prints
-// both). Here the map is inverted once into a table (row, column) -> (word, shift), each row's
+// both). Here the map is inverted once into a table (row, column) -> (word, code slot), each row's
 // codes are read as bytes along the row and each 16-column scale is looked at once: 1.4-1.7 ns a
 // nibble, 3-4x less. A device kernel is the real fix (the weights are already on the GPU).
 #include "layer/e2m1_prepare.hpp"
@@ -20,10 +20,12 @@ namespace {
 using namespace e2m1;
 
 // Where each (row, column) of a 128 x 64 block goes: word index (thread * kSteps + step, the
-// word at value_word_offset) and the nibble's shift; where each scale byte comes from.
+// word at value_word_offset) and which of the word's 8 codes it is; the word bits of each code
+// value in each of those places; where each scale byte comes from.
 struct BlockMap {
   uint16_t word[kTileRows][kBlockK];
-  uint8_t shift[kTileRows][kBlockK];
+  uint8_t slot[kTileRows][kBlockK];
+  uint32_t bits[8][16];  // place_code(slot, code)
   uint8_t scale_row[kScaleBytes], scale_col16[kScaleBytes];
   BlockMap() {
     for (int t = 0; t < 256; ++t)
@@ -31,8 +33,10 @@ struct BlockMap {
         for (int n = 0; n < 8; ++n) {
           const Src v = value_source(t, step, n);
           word[v.row][v.col] = uint16_t(value_word_offset(t, step) / 4);
-          shift[v.row][v.col] = uint8_t(4 * n);
+          slot[v.row][v.col] = uint8_t(n);
         }
+    for (int n = 0; n < 8; ++n)
+      for (int code = 0; code < 16; ++code) bits[n][code] = place_code(n, uint32_t(code));
     for (int quad = 0; quad < 64; ++quad)
       for (int b = 0; b < 8; ++b) {
         const Src sc = scale_source(quad, b);
@@ -74,15 +78,15 @@ std::vector<uint8_t> fill_e2m1_blocks(int64_t tiles, int KB,
             if (sc == 0) continue;  // codes under a zero scale stay zero
             for (int c = 16 * g; c < 16 * g + 16; c += 2) {
               const uint8_t byte = codes[c / 2];
-              words[map.word[r][c]] |= uint32_t(byte & 0xF) << map.shift[r][c];
-              words[map.word[r][c + 1]] |= uint32_t(byte >> 4) << map.shift[r][c + 1];
+              words[map.word[r][c]] |= map.bits[map.slot[r][c]][byte & 0xF];
+              words[map.word[r][c + 1]] |= map.bits[map.slot[r][c + 1]][byte >> 4];
             }
           }
         }
         uint8_t* blk = out.data() + (size_t(tile) * KB + kb) * kBlockBytes;
         std::memcpy(blk, words, sizeof(words));
         for (int i = 0; i < kScaleBytes; ++i)
-          blk[kValueBytes + i] = scales[map.scale_row[i]][map.scale_col16[i]];
+          blk[kValueBytes + i] = scale_code(scales[map.scale_row[i]][map.scale_col16[i]]);
       }
     }
   });

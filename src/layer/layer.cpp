@@ -706,13 +706,22 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   const int down_waves = select_waves(down_fam, bt, L.NB2, L.I, knobs().force_config, &plan.config_reason);
   const GemmOperands up_operands =
       select_operands(up_fam, bt, H, L.w13_two_scales, knobs().force_config, &plan.config_reason);
-  plan.up_config = gemm_config_of(up_fam.weights, up_fam.rows, up_fam.epilogue, bt, up_waves, up_operands);
+  const double hit = 1.0 - std::pow(1.0 - double(k) / E, double(T));  // P(a routed expert is hit)
+  // Expected output tiles of each GEMM: token tiles of the hit experts (and the shared chunks)
+  // times the weight tiles.
+  const double per_hit = E * hit > 0 ? double(T) * k / (E * hit) : 0.0;
+  const double token_tiles = E * hit * std::max(1.0, std::ceil(per_hit / bt)) + L.C * std::ceil(double(T) / bt);
+  const int up_ctas = select_ctas(up_fam, bt, up_waves, up_operands, token_tiles * L.NT1 / up_waves, ds.sms,
+                                  knobs().force_config, &plan.config_reason);
+  plan.up_config = gemm_config_of(up_fam.weights, up_fam.rows, up_fam.epilogue, bt, up_waves, up_operands, up_ctas);
   const GemmOperands down_operands =
       select_operands(down_fam, bt, L.I, true, knobs().force_config, &plan.config_reason);
-  plan.down_config = gemm_config_of(down_fam.weights, down_fam.rows, down_fam.epilogue, bt, down_waves, down_operands);
+  const int down_ctas = select_ctas(down_fam, bt, down_waves, down_operands, token_tiles * L.NB2 / down_waves,
+                                    ds.sms, knobs().force_config, &plan.config_reason);
+  plan.down_config = gemm_config_of(down_fam.weights, down_fam.rows, down_fam.epilogue, bt, down_waves,
+                                    down_operands, down_ctas);
   const int R = T * L.k_total;
   plan.fused_schedule = knobs().fused_schedule && bt <= 64 && R <= kFusedScheduleRoutes;
-  const double hit = 1.0 - std::pow(1.0 - double(k) / E, double(T));  // P(a routed expert is hit)
   const bool static_tiles = hit > 0.9 && double(T) * k / E <= bt / 2.0;
   // GEMM 1 (whole tiles: its epilogue needs the full sum) at decode has few tiles: deepseek-v3 at
   // T=1 has 9 experts x 32 = 288, 2.2 waves on 132 SMs, so a third of the SMs idle through the

@@ -33,14 +33,14 @@ std::vector<uint8_t> prepare_block(std::vector<uint8_t>& codes, const std::vecto
       uint32_t word = 0;
       for (int n = 0; n < 8; ++n) {
         const Src s = value_source(t, step, n);
-        word |= uint32_t(codes[s.row * kBlockK + s.col]) << (4 * n);
+        word |= place_code(n, codes[s.row * kBlockK + s.col]);
       }
       std::memcpy(&block[value_word_offset(t, step)], &word, 4);
     }
   for (int quad = 0; quad < 64; ++quad)
     for (int b = 0; b < 8; ++b) {
       const Src s = scale_source(quad, b);
-      block[kValueBytes + 8 * quad + b] = scales[s.row * kSteps + s.col];
+      block[kValueBytes + 8 * quad + b] = scale_code(scales[s.row * kSteps + s.col]);
     }
   return block;
 }

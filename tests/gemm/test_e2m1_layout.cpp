@@ -24,18 +24,6 @@ float bits_to_float(uint32_t b) {
 float bf16_lo(uint32_t x) { return bits_to_float(x << 16); }
 float bf16_hi(uint32_t x) { return bits_to_float(x & 0xFFFF0000u); }
 
-// IEEE half bits of a float that a half holds exactly and as a normal number (or zero): what
-// cvt.rn.f16x2.e4m3x2 gives for an E4M3 code.
-uint16_t half_bits(float v) {
-  if (v == 0.0f) return std::signbit(v) ? 0x8000 : 0;
-  uint32_t f;
-  std::memcpy(&f, &v, 4);
-  const int exp = int((f >> 23) & 0xFF) - 127;
-  EXPECT_GE(exp, -14) << v;
-  EXPECT_EQ(f & 0x1FFF, 0u) << v;
-  return uint16_t(((f >> 16) & 0x8000) | uint32_t(exp + 15) << 10 | ((f >> 13) & 0x3FF));
-}
-
 bool is_bf16(double v) {
   const float f = float(v);
   if (double(f) != v) return false;
@@ -69,6 +57,19 @@ TEST(E2M1Layout, CoversEveryCodeAndScaleOnce) {
   for (int w : word_seen) ASSERT_EQ(w, 1);
 }
 
+// The 8 codes of a word use its 32 bits once each, and take_code inverts place_code.
+TEST(E2M1Layout, CodesPartitionTheWord) {
+  uint32_t used = 0;
+  for (int n = 0; n < 8; ++n) {
+    const uint32_t bits = place_code(n, 0xF);
+    EXPECT_EQ(__builtin_popcount(bits), 4) << n;
+    EXPECT_EQ(used & bits, 0u) << n;
+    used |= bits;
+    for (uint32_t c = 0; c < 16; ++c) EXPECT_EQ(take_code(place_code(n, c) | ~bits, n), c) << n;
+  }
+  EXPECT_EQ(used, 0xFFFFFFFFu);
+}
+
 // The A fragment of wgmma m64nNk16 (bf16, A from registers), written from the PTX ISA's figure
 // independently of the layout's code: register p of thread (warp, lane) holds row
 // 16 warp + lane/4 (+8 for p = 1, 3), columns 2(lane%4) + {0, 1} (+8 for p = 2, 3).
@@ -80,9 +81,8 @@ TEST(E2M1Layout, WordsHoldTheWgmmaAFragments) {
         for (int elem = 0; elem < 2; ++elem) {
           const int row = 64 * wgc + 16 * warp + lane / 4 + (p == 1 || p == 3 ? 8 : 0);
           const int col = 16 * step + 2 * (lane % 4) + elem + (p >= 2 ? 8 : 0);
-          // decode_pair(word, p) reads the nibble at bits 12-15 (low element) and 28-31 (high)
-          // of word << 4p: nibble 3 - p and 7 - p.
-          const int n = elem == 0 ? 3 - p : 7 - p;
+          // decode_pair(word, p) reads codes p (low element) and p + 4 (high).
+          const int n = p + 4 * elem;
           const Src s = value_source(t, step, n);
           EXPECT_EQ(s.row, row) << "t " << t << " step " << step << " p " << p << " elem " << elem;
           EXPECT_EQ(s.col, col) << "t " << t << " step " << step << " p " << p << " elem " << elem;
@@ -103,8 +103,7 @@ TEST(E2M1Layout, DecodeIsExactForEveryCodeAndScale) {
   const double unit = std::ldexp(1.0, -kProductShift);
   for (int sc = 0; sc < 0x7F; ++sc) {  // 0x7F is NaN; negative scales are refused by prepare
     const float scale = fmt::e4m3_to_float(uint8_t(sc));
-    const uint32_t h = uint32_t(half_bits(scale)) * 0x10001u;  // (scale, scale)
-    const uint32_t s2 = scale_f16x2_to_bf16x2(h);
+    const uint32_t s2 = scale_pair(uint32_t(scale_code(uint8_t(sc))) * 0x10001u);  // (scale, scale)
     const double s_lo = bf16_lo(s2), s_hi = bf16_hi(s2);
     ASSERT_EQ(s_lo, s_hi);
     if (sc != 0) {
@@ -115,9 +114,9 @@ TEST(E2M1Layout, DecodeIsExactForEveryCodeAndScale) {
         for (int p = 0; p < 4; ++p) {
           // Place the pair where register p reads it; fill the other nibbles with junk.
           const uint32_t junk = 0x5A3C96E1u;
-          const int n_lo = 3 - p, n_hi = 7 - p;
-          uint32_t word = junk & ~((0xFu << (4 * n_lo)) | (0xFu << (4 * n_hi)));
-          word |= uint32_t(lo) << (4 * n_lo) | uint32_t(hi) << (4 * n_hi);
+          const int n_lo = p, n_hi = p + 4;
+          uint32_t word = junk & ~(place_code(n_lo, 0xF) | place_code(n_hi, 0xF));
+          word |= place_code(n_lo, uint32_t(lo)) | place_code(n_hi, uint32_t(hi));
           const uint32_t a = decode_pair(word, p);
           const double raw_lo = bf16_lo(a), raw_hi = bf16_hi(a);
           ASSERT_EQ(raw_lo, double(fmt::e2m1_to_float(uint8_t(lo))) * std::ldexp(1.0, -126));
@@ -134,6 +133,20 @@ TEST(E2M1Layout, DecodeIsExactForEveryCodeAndScale) {
           }
         }
   }
+}
+
+// The prepared scale byte of every finite non-negative E4M3 code decodes to that scale * 2^100
+// in both halves of the pair, and the 0x00cc00cc spread the kernel's byte permute makes is what
+// multiplying the byte by 0x10001 gives.
+TEST(E2M1Layout, ScaleCodesDecodeToEveryE4M3Scale) {
+  for (int sc = 1; sc < 0x7F; ++sc) {
+    const uint8_t c = scale_code(uint8_t(sc));
+    ASSERT_LE(c, 0x8E) << sc;  // 5 exponent bits used up to 17: no carry into the sign bit
+    const uint32_t pair = scale_pair(uint32_t(c) * 0x10001u);
+    EXPECT_EQ(double(bf16_lo(pair)), double(fmt::e4m3_to_float(uint8_t(sc))) * std::ldexp(1.0, 100)) << sc;
+    EXPECT_EQ(pair >> 16, pair & 0xFFFFu) << sc;
+  }
+  EXPECT_EQ(scale_code(0), 0);
 }
 
 // A random ModelOpt block (packed [128, 32] bytes, even element in the low nibble; scales
@@ -154,14 +167,14 @@ TEST(E2M1Layout, RoundTripOfARandomBlock) {
       uint32_t word = 0;
       for (int n = 0; n < 8; ++n) {
         const Src s = value_source(t, step, n);
-        word |= uint32_t(code(s.row, s.col)) << (4 * n);
+        word |= place_code(n, uint32_t(code(s.row, s.col)));
       }
       std::memcpy(&block[value_word_offset(t, step)], &word, 4);
     }
   for (int quad = 0; quad < 64; ++quad)
     for (int b = 0; b < 8; ++b) {
       const Src s = scale_source(quad, b);
-      block[kValueBytes + 8 * quad + b] = scales[s.row * kSteps + s.col];
+      block[kValueBytes + 8 * quad + b] = scale_code(scales[s.row * kSteps + s.col]);
     }
   const double unit = std::ldexp(1.0, -kProductShift);
   for (int t = 0; t < 256; ++t) {
@@ -170,22 +183,20 @@ TEST(E2M1Layout, RoundTripOfARandomBlock) {
     for (int step = 0; step < kSteps; ++step) {
       uint32_t word;
       std::memcpy(&word, &block[value_word_offset(t, step)], 4);
-      // cvt.rn.f16x2.e4m3x2 of the step's two bytes (r0 low, r1 high), then to bf16 * 2^100.
-      const uint32_t h = uint32_t(half_bits(fmt::e4m3_to_float(sb[2 * step]))) |
-                         uint32_t(half_bits(fmt::e4m3_to_float(sb[2 * step + 1]))) << 16;
-      const uint32_t s01 = scale_f16x2_to_bf16x2(h);
+      // The step's two prepared bytes (r0, r1), each spread over a pair as the byte permute does.
+      const uint32_t s0 = scale_pair(uint32_t(sb[2 * step]) * 0x10001u);
+      const uint32_t s1 = scale_pair(uint32_t(sb[2 * step + 1]) * 0x10001u);
       for (int p = 0; p < 4; ++p) {
         const int row = 64 * wgc + 16 * warp + lane / 4 + (p % 2 == 1 ? 8 : 0);
-        const double s = p % 2 == 1 ? bf16_hi(s01) : bf16_lo(s01);
+        const double s = bf16_lo(p % 2 == 1 ? s1 : s0);
         const uint32_t a = decode_pair(word, p);
         for (int elem = 0; elem < 2; ++elem) {
           const int col = 16 * step + 2 * (lane % 4) + elem + (p >= 2 ? 8 : 0);
           const double got = (elem == 0 ? bf16_lo(a) : bf16_hi(a)) * s;
-          const uint8_t scale_code = scales[row * kSteps + step];
-          const double want = scale_code == 0 ? 0.0
-              : double(fmt::e2m1_to_float(uint8_t(code(row, col)))) *
-                    fmt::e4m3_to_float(scale_code) * unit;
-          if (scale_code == 0) continue;  // codes zeroed by prepare: not this test's job
+          const uint8_t sc = scales[row * kSteps + step];
+          const double want = sc == 0 ? 0.0
+              : double(fmt::e2m1_to_float(uint8_t(code(row, col)))) * fmt::e4m3_to_float(sc) * unit;
+          if (sc == 0) continue;  // codes zeroed by prepare: not this test's job
           ASSERT_EQ(got, want) << "row " << row << " col " << col;
         }
       }

@@ -15,6 +15,8 @@ const GemmFamily kUpFp8{GemmWeights::fp8_block, GemmRows::gathered, GemmEpilogue
 const GemmFamily kDownFp8{GemmWeights::fp8_block, GemmRows::tma, GemmEpilogue::combine};
 const GemmFamily kUpBf16{GemmWeights::bf16, GemmRows::gathered, GemmEpilogue::swiglu};
 const GemmFamily kDownBf16{GemmWeights::bf16, GemmRows::tma, GemmEpilogue::combine};
+const GemmFamily kUpE2m1{GemmWeights::e2m1, GemmRows::gathered, GemmEpilogue::swiglu};
+const GemmFamily kDownE2m1{GemmWeights::e2m1, GemmRows::tma, GemmEpilogue::combine};
 }  // namespace
 
 TEST(GemmConfig, TileWidthFollowsRowsPerExpert) {
@@ -151,4 +153,26 @@ TEST(GemmConfig, ForcedConfigIsHonouredAndChecked) {
   }
   test::expect_error([] { select_block_t(7, 2, 8, "no_such_config", {kProjection}, nullptr); },
                      "names no grouped GEMM config");
+}
+
+// CTAs per SM: two where a two-CTA config exists, except for a whole-tile (swiglu) GEMM with
+// fewer tiles than SMs when a one-CTA config of the width exists too; every choice is compiled.
+TEST(GemmConfig, CtasPerSmFollowTheTilesAndTheTable) {
+  const GemmOperands wm = GemmOperands::weights_m;
+  std::string why;
+  EXPECT_EQ(select_ctas(kUpE2m1, 16, 1, wm, 96, 132, "", &why), 1);    // qwen3-30b-a3b T=1
+  EXPECT_NE(why.find("fewer tiles than SMs"), std::string::npos) << why;
+  EXPECT_EQ(select_ctas(kUpE2m1, 16, 1, wm, 288, 132, "", nullptr), 2);  // deepseek-v3 T=1
+  EXPECT_EQ(select_ctas(kDownE2m1, 16, 1, wm, 96, 132, "", nullptr), 2);  // stream-K: all busy
+  EXPECT_EQ(select_ctas(kUpE2m1, 64, 1, wm, 1000, 132, "", nullptr), 1);  // no two-CTA config
+  EXPECT_EQ(select_ctas(kUpFp8, 16, 1, wm, 1000, 132, "", nullptr), 1);
+  EXPECT_EQ(select_ctas(kUpE2m1, 16, 1, wm, 1000, 132, "up_e2m1_bt16_s16", nullptr), 1);  // forced
+  for (const GemmFamily& f : {kUpE2m1, kDownE2m1})
+    for (int bt : {16, 32, 64, 128})
+      for (double tiles : {10.0, 1000.0}) {
+        const int ctas = select_ctas(f, bt, 1, wm, tiles, 132, "", nullptr);
+        const GemmConfigInfo c = gemm_config_info(gemm_config_of(f.weights, f.rows, f.epilogue, bt, 1, wm, ctas));
+        EXPECT_EQ(c.ctas_per_sm, ctas) << c.name;
+        EXPECT_EQ(c.block_t, bt) << c.name;
+      }
 }

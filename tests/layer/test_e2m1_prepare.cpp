@@ -42,14 +42,15 @@ std::vector<uint8_t> fill_by_definition(int64_t tiles, int KB,
             const int64_t col = int64_t(kb) * kBlockK + v.col;
             const E2m1RowSource& s = rows[size_t(v.row)];
             const uint8_t code = scale_at(v.row, col) == 0 ? 0 : s.m->code(s.row, s.col0 + col);
-            word |= uint32_t(code) << (4 * n);
+            word |= place_code(n, code);
           }
           std::memcpy(blk + value_word_offset(t, step), &word, 4);
         }
       for (int quad = 0; quad < 64; ++quad)
         for (int b = 0; b < 8; ++b) {
           const Src sc = scale_source(quad, b);
-          blk[kValueBytes + 8 * quad + b] = scale_at(sc.row, int64_t(kb) * kBlockK + 16 * sc.col);
+          blk[kValueBytes + 8 * quad + b] =
+              scale_code(scale_at(sc.row, int64_t(kb) * kBlockK + 16 * sc.col));
         }
     }
   }
