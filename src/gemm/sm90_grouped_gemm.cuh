@@ -226,6 +226,7 @@ __device__ void consume(const GroupedGemmParams& p, typename Cfg::SharedStorage&
       if constexpr (Cfg::kRows == GemmRows::gathered) cptx::fence_proxy_async(cptx::space_shared);
     };
     if constexpr (Mma_t::kPipelined) {
+      mma.begin(p, m.seg, wgc, tid);  // what finish() reads from global memory, early
       // Units (stage, wave) in order, the next one decoded while this one's wgmmas run (MmaE2M1);
       // unit u's fragments in buffer u % 2, so the loop is unrolled until the buffers come round.
       using I0 = std::integral_constant<int, 0>;
