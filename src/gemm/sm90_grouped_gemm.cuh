@@ -68,8 +68,10 @@ struct GemmConfig {
   // Two CTAs per SM (gemm_configs.def: the e2m1 decode tiles) share the register file: each is
   // launched with 80 a thread, and setmaxnreg moves registers only inside the CTA's own pool
   // (an increase past it waits forever): 88 for the consumers (one wave: 8-16 accumulators and
-  // two fragment buffers of 16; the BLOCK_T = 32 swiglu consumer spilled 8 bytes, so that tile
-  // stays one CTA an SM), 56 for the producer (48 spilled 8-12 bytes of the gathered walk).
+  // two fragment buffers of 16), 56 for the producer (48 spilled 8-12 bytes of the gathered
+  // walk). The BLOCK_T = 32 swiglu consumer spills 16 bytes at 88, outside its mainloop (saved
+  // once per tile before it, read back in the epilogue: ptxas warns), and still measured 1.13x
+  // faster than one CTA an SM (qwen3-30b-a3b T=128 gate/up, docs/performance.md).
   static constexpr int kCtasPerSm = kCtas_;
   static constexpr bool kBigConsumer = kWaves == 2 && kRows == GemmRows::tma;
   static constexpr int kProducerRegs = kCtasPerSm == 2 ? 56 : kBigConsumer ? 56 : 72;
@@ -156,6 +158,17 @@ __device__ __forceinline__ void wait_barrier(uint64_t* bar, uint32_t parity) {
   }
 }
 
+// The same for a wait that is usually long (the e2m1 producer on a full ring: the consumers set
+// the rate): the thread is suspended until the phase completes or up to 10 us passes. Without
+// the hint the try_wait came back 7.7 times per wait (ncu, deepseek-v3 T=1 down), ~7% of the
+// kernel's instructions issued in the retry loop. Measured on H100 (docs/performance.md): the
+// layer's time unchanged within 2% at T=1..128, so those retries were not what limits it.
+__device__ __forceinline__ void wait_barrier_long(uint64_t* bar, uint32_t parity) {
+  constexpr uint32_t kSuspendNs = 10000;
+  while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity, kSuspendNs)) {
+  }
+}
+
 // ---- producer: walks the tiles; thread 0 issues the TMA, all 128 the cp.async copies ---------
 template <class Cfg>
 __device__ void produce(const GroupedGemmParams& p, typename Cfg::SharedStorage& ss, int tid) {
@@ -178,7 +191,10 @@ __device__ void produce(const GroupedGemmParams& p, typename Cfg::SharedStorage&
     cptx::mbarrier_arrive(&ss.meta_full[meta.idx]);  // releases this thread's meta writes
     meta.advance();
     for (int kb = s.kb0; kb < s.kb1; ++kb) {
-      wait_barrier(&ss.empty[stage.idx], stage.phase ^ 1);
+      if constexpr (Cfg::kE2M1)
+        wait_barrier_long(&ss.empty[stage.idx], stage.phase ^ 1);
+      else
+        wait_barrier(&ss.empty[stage.idx], stage.phase ^ 1);
       typename Cfg::Stage& st = ss.stages[stage.idx];
       uint64_t* full = &ss.full[stage.idx];
       if (tid == 0) {
