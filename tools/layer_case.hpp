@@ -141,19 +141,21 @@ inline GpuLayer make_gpu_layer(const ref::LayerWeights& lw, cudaStream_t stream)
   return g;
 }
 
-/// Uploads a checkpoint layer's tensors (CheckpointLayer::host_weights(): NVFP4 layers are
-/// refused there) as they are and prepares the layer. `progress(bytes_done, bytes_total)` is
-/// called as the bytes go up, in pieces of at most 256 MB.
+/// Uploads a checkpoint layer's tensors (CheckpointLayer::host_weights()) as they are and
+/// prepares the layer (NVFP4: W4A16, the input scales unused). `progress(bytes_done,
+/// bytes_total)` is called as the bytes go up, in pieces of at most 256 MB.
 inline GpuLayer make_gpu_layer(CheckpointLayer& ck, cudaStream_t stream,
                                const std::function<void(int64_t, int64_t)>& progress = {}) {
   const MoeLayerWeights host = ck.host_weights();
   MoeLayerWeights w = host;
   TensorRef MoeLayerWeights::*const fields[] = {
-      &MoeLayerWeights::w13, &MoeLayerWeights::w13_scale, &MoeLayerWeights::w2,
-      &MoeLayerWeights::w2_scale, &MoeLayerWeights::b13, &MoeLayerWeights::b2,
-      &MoeLayerWeights::routing_bias, &MoeLayerWeights::shared_w13,
-      &MoeLayerWeights::shared_w13_scale, &MoeLayerWeights::shared_w2,
-      &MoeLayerWeights::shared_w2_scale, &MoeLayerWeights::shared_gate};
+      &MoeLayerWeights::w13, &MoeLayerWeights::w13_scale, &MoeLayerWeights::w13_scale_2,
+      &MoeLayerWeights::w2, &MoeLayerWeights::w2_scale, &MoeLayerWeights::w2_scale_2,
+      &MoeLayerWeights::b13, &MoeLayerWeights::b2, &MoeLayerWeights::routing_bias,
+      &MoeLayerWeights::shared_w13, &MoeLayerWeights::shared_w13_scale,
+      &MoeLayerWeights::shared_w13_scale_2, &MoeLayerWeights::shared_w2,
+      &MoeLayerWeights::shared_w2_scale, &MoeLayerWeights::shared_w2_scale_2,
+      &MoeLayerWeights::shared_gate};
   int64_t total = 0, done = 0;
   for (auto f : fields)
     if ((host.*f).data) total += (host.*f).numel() * int64_t(dtype_bytes((host.*f).dtype));

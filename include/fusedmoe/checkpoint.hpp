@@ -80,9 +80,9 @@ const char* expert_layout_name(ExpertLayout l);
 /// - ModelOpt NVFP4 (`quant_method: modelopt` / `quant_algo: NVFP4`): per-expert `weight` U8
 ///   [N, K/2] (two E2M1 per byte, even element in the low nibble), `weight_scale` F8_E4M3
 ///   [N, K/16], `weight_scale_2` F32 scalar (w = e2m1 * weight_scale * weight_scale_2),
-///   `input_scale` F32 scalar. The checkpoint's activations are NVFP4 too (W4A4), which the GPU
-///   layer does not run (it runs 4-bit weights with bf16 activations): such a layer runs on the
-///   CPU reference only (host_weights() refuses it).
+///   `input_scale` F32 scalar. The checkpoint was calibrated with NVFP4 activations too; the
+///   layer runs its 4-bit weights with bf16 activations (W4A16, config.activation_precision
+///   bf16): input_scale is read and kept, not used.
 /// - MXFP4 as gpt-oss ships it (`quant_method: mxfp4`): `experts.gate_up_proj_blocks` U8
 ///   [E, 2I, H/32, 16] (E2M1 codes, even element in the low nibble; rows gate 2i / up 2i + 1),
 ///   `_scales` U8 [E, 2I, H/32] (UE8M0, w = e2m1 * 2^(scale - 127)), `down_proj_blocks`
@@ -115,8 +115,10 @@ struct CheckpointLayer {
   /// Bytes of every tensor above (host memory held).
   uint64_t host_bytes() const;
   /// Views of the tensors above as MoeLayerWeights (CPU memory: copy them to the GPU before
-  /// constructing a MoeLayer). Throws Error for NVFP4 layers, which run only on the CPU
-  /// reference for now.
+  /// constructing a MoeLayer with `config`). A ModelOpt NVFP4 checkpoint was calibrated with
+  /// NVFP4 activations too (input_scale); Hopper has no FP4 tensor cores, and `config` runs its
+  /// 4-bit weights with bf16 activations (W4A16), as vLLM's and TensorRT-LLM's Hopper paths run
+  /// these checkpoints: the input_scale tensors are not among the views.
   MoeLayerWeights host_weights();
 };
 

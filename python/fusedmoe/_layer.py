@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 from . import _fusedmoe as _ext
 from ._interop import arg, cuda_device_of, current_stream, device_guard
-from ._fusedmoe import Error, MoeConfig, ReductionMode
+from ._fusedmoe import Error, MoeConfig, Precision, ReductionMode
 
 _MODES = {"fast": ReductionMode.fast, "deterministic": ReductionMode.deterministic}
 
@@ -120,17 +120,17 @@ class MoeLayer:
         """Layer ``layer`` of the Hugging Face checkpoint in directory ``path`` (config.json and
         safetensors, single or sharded), read by the library's checkpoint loader, copied to
         ``device`` and prepared. ``router_weight`` is set to the router's [E, H] weight (logits =
-        x @ router_weight.T)."""
+        x @ router_weight.T).
+
+        A ModelOpt NVFP4 checkpoint was calibrated with NVFP4 activations too (``input_scale``);
+        Hopper has no FP4 tensor cores, and the layer runs its 4-bit weights with bf16
+        activations (W4A16, ``config.activation_precision`` bf16), as vLLM's and TensorRT-LLM's
+        Hopper paths run these checkpoints: ``input_scale`` is not used."""
         from . import load_moe_layer
 
         cfg, tensors = load_moe_layer(path, layer)
-        if cfg.weight_precision.name == "nvfp4":
-            raise Error(
-                f"MoeLayer.from_pretrained: {path} layer {layer} is a ModelOpt NVFP4 checkpoint, "
-                "whose activations are NVFP4 too (W4A4), which the GPU layer does not run (it "
-                "runs 4-bit weights with bf16 activations; fusedmoe.load_moe_layer reads the "
-                "checkpoint for the CPU reference)"
-            )
+        if cfg.weight_precision == Precision.nvfp4:  # W4A16: the activation scales are not used
+            tensors = {n: t for n, t in tensors.items() if not n.endswith("input_scale")}
         torch = _require_torch("MoeLayer.from_pretrained")
         dev = torch.device(device)
         weights: Dict[str, Any] = {}

@@ -94,7 +94,9 @@ def test_nvfp4_is_read_with_its_scales(tmp_path):
     np.testing.assert_array_equal(tensors["w2_input_scale"][0], np.full((E,), 0.5, np.float32))
 
 
-def test_from_pretrained_refuses_nvfp4_before_upload(tmp_path):
+def test_nvfp4_checkpoint_runs_as_w4a16(tmp_path):
+    """NVFP4 weights with bf16 activations (the layer of MoeLayer.from_pretrained, which
+    tests/test_gpu_layer.py runs on the GPU)."""
     ck.write_nvfp4(tmp_path, E, H, I, layer=0)
-    with pytest.raises(Error, match="is a ModelOpt NVFP4 checkpoint, whose activations are NVFP4 too"):
-        fusedmoe.MoeLayer.from_pretrained(tmp_path, 0)
+    cfg, _ = fusedmoe.load_moe_layer(tmp_path, 0)
+    assert cfg.weight_precision == Precision.nvfp4 and cfg.activation_precision == Precision.bf16

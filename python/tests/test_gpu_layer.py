@@ -297,3 +297,26 @@ def test_from_pretrained_gpt_oss_mxfp4(tmp_path):
     for T in (1, 24, 300):
         x, logits = inputs(cfg, T, seed=62 + T)
         check(layer(x, logits), torch_ref.layer(cfg, d, x, logits), f"from_pretrained gpt-oss mxfp4 T={T}")
+
+
+@pytest.mark.skipif(not fusedmoe.has_checkpoint_loader, reason="this build has no checkpoint loader")
+def test_from_pretrained_nvfp4_runs_as_w4a16(tmp_path):
+    """A ModelOpt NVFP4 checkpoint (calibrated with NVFP4 activations), read, uploaded and run as W4A16 (bf16
+    activations, input_scale unused) against torch on the same codes and scales, dequantized in
+    torch, with the gate and up global scales apart."""
+    import checkpoint_util as ck
+
+    E, H, I = 8, 256, 128
+    ck.write_nvfp4(tmp_path, E, H, I, layer=0, seed=7)
+    layer = fusedmoe.MoeLayer.from_pretrained(tmp_path, 0)
+    cfg = layer.config
+    assert cfg.weight_precision == Precision.nvfp4 and cfg.activation_precision == Precision.bf16
+    _, tensors = fusedmoe.load_moe_layer(tmp_path, 0)
+    w = {}
+    for name, (a, _) in tensors.items():
+        if name != "router_weight" and not name.endswith("input_scale"):
+            w[name] = torch.from_numpy(np.ascontiguousarray(a)).cuda()
+    d = torch_ref.dequantized(cfg, w)
+    for T in (1, 24, 300):
+        x, logits = inputs(cfg, T, seed=70 + T)
+        check(layer(x, logits), torch_ref.layer(cfg, d, x, logits), f"from_pretrained nvfp4 T={T}")

@@ -64,17 +64,13 @@ uint64_t CheckpointLayer::host_bytes() const {
 }
 
 MoeLayerWeights CheckpointLayer::host_weights() {
-  // A ModelOpt NVFP4 checkpoint quantizes the activations too (input_scale, W4A4); the GPU
-  // layer runs 4-bit weights with bf16 activations only.
-  FMOE_REQUIRE(config.weight_precision != Precision::nvfp4,
-               "checkpoint layer %d (%s): NVFP4 layers run only on the CPU reference for now "
-               "(ref::layer_from_checkpoint); the GPU layer (MoeLayer) takes fp8_block, bf16 or "
-               "mxfp4 checkpoints", layer, json::printable(prefix).c_str());
   MoeLayerWeights w;
   w.w13 = w13.ref();
   w.w13_scale = w13_scale.ref();
+  w.w13_scale_2 = w13_scale_2.ref();
   w.w2 = w2.ref();
   w.w2_scale = w2_scale.ref();
+  w.w2_scale_2 = w2_scale_2.ref();
   w.b13 = b13.ref();
   w.b2 = b2.ref();
   w.routing_bias = routing_bias.ref();
@@ -82,6 +78,8 @@ MoeLayerWeights CheckpointLayer::host_weights() {
   w.shared_w13_scale = shared_w13_scale.ref();
   w.shared_w2 = shared_w2.ref();
   w.shared_w2_scale = shared_w2_scale.ref();
+  w.shared_w13_scale_2 = shared_w13_scale_2.ref();
+  w.shared_w2_scale_2 = shared_w2_scale_2.ref();
   w.shared_gate = shared_gate.ref();
   return w;
 }

@@ -204,8 +204,13 @@ TEST(Checkpoint, ModelOptNvfp4PerExpertRoundTrip) {
   EXPECT_EQ(L.shared_w13.shape, (std::vector<int64_t>{256, 128}));
   EXPECT_EQ(L.shared_w2_scale_2.shape, (std::vector<int64_t>{1}));
 
-  // NVFP4 runs on the CPU reference only: the GPU layer's views are refused by name.
-  expect_error([&] { L.host_weights(); }, "NVFP4 layers run only on the CPU reference for now");
+  // The GPU layer's views carry the global scales (not the input scales: W4A16).
+  const MoeLayerWeights w = L.host_weights();
+  EXPECT_EQ(w.w13_scale_2.data, L.w13_scale_2.bytes.data());
+  EXPECT_EQ(w.w13_scale_2.ndim, 2);
+  EXPECT_EQ(w.w2_scale_2.data, L.w2_scale_2.bytes.data());
+  EXPECT_EQ(w.shared_w13_scale_2.data, L.shared_w13_scale_2.bytes.data());
+  EXPECT_EQ(w.shared_w2_scale_2.data, L.shared_w2_scale_2.bytes.data());
 }
 
 TEST(Checkpoint, Nvfp4GateAndUpKeepTheirOwnGlobalScales) {

@@ -2,8 +2,8 @@
 // uploaded) and matches the oracles of tests/layer/layer_test_util.hpp fed the same layer
 // (ref::layer_from_checkpoint): FP8 per-expert (sharded), and the BF16 fused layouts whose
 // transposes the loader does (gpt-oss with its biases, Llama 4, Qwen3.5), gpt-oss's MXFP4
-// release layout, x random and the
-// logits from the layer's own router. Skips without an sm_90 GPU.
+// release layout, ModelOpt NVFP4 per-expert (as W4A16), x random and the logits from the
+// layer's own router. Skips without an sm_90 GPU.
 #include <cuda_runtime_api.h>
 
 #include "fusedmoe/checkpoint.hpp"
@@ -40,6 +40,10 @@ const Format kFormats[] = {
       "hidden_size": 256, "moe_intermediate_size": 128, "shared_expert_intermediate_size": 128,
       "num_experts": 8, "num_experts_per_tok": 2}})", int(ckpt::Fused::qwen3_5),
      "model.language_model.layers.1.mlp."},
+    // ModelOpt NVFP4 (calibrated with NVFP4 activations): W4A16, bf16 activations.
+    {"nvfp4", R"({"model_type": "qwen3_moe", "hidden_size": 256, "moe_intermediate_size": 128,
+      "num_experts": 8, "num_experts_per_tok": 2, "quantization_config": {"quant_method": "modelopt",
+      "quant_algo": "NVFP4"}})", -1, "model.layers.1.mlp."},
 };
 
 std::string write_format(const Format& f, uint64_t seed) {
@@ -84,20 +88,4 @@ TEST(CheckpointGpu, LayersReadFromCheckpointsMatchTheReference) {
       check_end_to_end(c, d, run, ctx);
     }
   }
-}
-
-TEST(CheckpointGpu, Nvfp4IsRefusedBeforeAnyUpload) {
-  FMOE_SKIP_WITHOUT_GPU();
-  const char* config = R"({"model_type": "qwen3_moe", "hidden_size": 256, "moe_intermediate_size": 64,
-    "num_experts": 4, "num_experts_per_tok": 2, "quantization_config": {"quant_method": "modelopt",
-    "quant_algo": "NVFP4"}})";
-  const std::string dir = st::temp_dir("gpu_nvfp4");
-  st::write(dir + "/config.json", config);
-  const ref::LayerWeights lw = ref::make_random_layer(config_from_hf_json_text(config, "test"), 3);
-  ckpt::Names n;
-  n.block = "model.layers.0.mlp.";
-  ckpt::write_model(dir, ckpt::per_expert(lw, n, 3));
-  CheckpointLayer ck = load_moe_layer(dir, 0);
-  expect_error([&] { cli::make_gpu_layer(ck, nullptr); },
-               "NVFP4 layers run only on the CPU reference for now");
 }

@@ -602,21 +602,24 @@ TEST(Cli, RunModelReadsTheLayerAndRunsIt) {
   EXPECT_EQ(z.code, 0) << z.out;
 }
 
-TEST(Cli, RunModelNvfp4RunsOnTheCpuReferenceAndSaysSo) {
+TEST(Cli, RunModelNvfp4RunsAsW4A16) {
+  // A ModelOpt NVFP4 checkpoint, as W4A16 (bf16 activations, input_scale unused): on the GPU
+  // where one is usable (checked: PASS), else the reference, whose output the test recomputes.
   const std::string dir = write_checkpoint("cli_nvfp4", kCkptNvfp4Config);
   const Result r = run_cli("run --model " + dir + " --layer 1 --tokens 3");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(has(r.out, "weights  : \"model.layers.1.mlp.\", nvfp4 per-expert (ModelOpt")) << r.out;
-  EXPECT_TRUE(has(r.out, "backend  : cpu-reference (")) << r.out;
+  EXPECT_TRUE(has(r.out, "note     : NVFP4 checkpoint run as W4A16")) << r.out;
   if (fusedmoe::gpu_usable()) {
-    EXPECT_TRUE(has(r.out, "nvfp4 layers run only on the CPU reference for now")) << r.out;
+    for (const char* s : {"backend  : gpu: ", "result   : PASS"})
+      EXPECT_TRUE(has(r.out, s)) << s << "\n" << r.out;
+  } else {
+    EXPECT_TRUE(has(r.out, "backend  : cpu-reference (")) << r.out;
+    EXPECT_TRUE(has(r.out, expected_hash(dir, 3, 1))) << r.out;
   }
-  EXPECT_TRUE(has(r.out, expected_hash(dir, 3, 1))) << r.out;
-  // On the GPU by request: refused in one line before any weight is read, GPU or not.
-  const Result g = run_cli("run --model " + dir + " --layer 1 --backend gpu");
-  EXPECT_EQ(g.code, 1) << g.out;
-  EXPECT_EQ(count_lines(g.out), 1) << g.out;
-  EXPECT_TRUE(has(g.out, "--backend gpu: nvfp4 layers run only on the CPU reference for now")) << g.out;
+  const Result c = run_cli("run --model " + dir + " --layer 1 --tokens 3 --backend cpu");
+  ASSERT_EQ(c.code, 0) << c.out;
+  EXPECT_TRUE(has(c.out, expected_hash(dir, 3, 1))) << c.out;
 }
 
 TEST(Cli, RunModelGptOssMxfp4) {
