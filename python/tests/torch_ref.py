@@ -73,11 +73,12 @@ def fp4_dequantize_torch(cfg, w: Dict[str, object], name: str):
         sc = s.view(torch.float8_e4m3fn).float().repeat_interleave(16, -1)
         g = w[name + "_scale_2"].float()
         out = v * sc
-        if g.shape[-1] == 2 and name.endswith("w13"):  # gate rows, then up rows: a scale each
+        shared = name.startswith("shared")
+        if name.endswith("w13") and (g.numel() == 2 if shared else g.dim() == 2):  # gate, up apart
             half = out.shape[-2] // 2
             g = g.reshape(-1, 2)
             gate, up = out[..., :half, :], out[..., half:, :]
-            if name.startswith("shared"):
+            if shared:
                 return torch.cat((gate * g[0, 0], up * g[0, 1]), dim=-2)
             return torch.cat((gate * g[:, 0].reshape(-1, 1, 1), up * g[:, 1].reshape(-1, 1, 1)), dim=-2)
         if name.startswith("shared"):
