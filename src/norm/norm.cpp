@@ -4,11 +4,11 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/cuda_check.hpp"
+#include "common/device_state.hpp"
 #include "common/env.hpp"
 #include "common/tensor_check.hpp"
 #include "fusedmoe/error.hpp"
@@ -22,30 +22,6 @@ using detail::NormOut;
 using detail::NormParams;
 
 constexpr const char* kOp = "rmsnorm_quant";
-
-// The current device must be the one the tensors live on and an sm_90 GPU; SM counts are cached.
-int device_sms(int tensor_device) {
-  int dev = -1;
-  const cudaError_t e = cudaGetDevice(&dev);
-  FMOE_REQUIRE(e == cudaSuccess, "%s needs a CUDA device: %s (%s)", kOp, cudaGetErrorName(e),
-               cudaGetErrorString(e));
-  FMOE_REQUIRE(dev == tensor_device, "%s: the tensors are on cuda:%d but the current device is cuda:%d",
-               kOp, tensor_device, dev);
-  static std::mutex mu;
-  static std::vector<int> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  if (int(cache.size()) <= dev) cache.resize(size_t(dev) + 1, 0);
-  if (cache[size_t(dev)] == 0) {
-    int major = 0, minor = 0, sms = 0;
-    FMOE_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    FMOE_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    FMOE_REQUIRE(major == 9 && minor == 0, "%s: the kernels are built for sm_90a (H100/H200); cuda:%d is sm_%d%d",
-                 kOp, dev, major, minor);
-    FMOE_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    cache[size_t(dev)] = sms;
-  }
-  return cache[size_t(dev)];
-}
 
 // The checks every tensor of the call shares: present, on the call's device, non-negative
 // strides, unit inner stride (all but inv_rms), element-aligned.
@@ -213,7 +189,7 @@ Prepared prepare(const RmsNormQuantArgs& a) {
 void rmsnorm_quant(const RmsNormQuantArgs& args, Stream stream) {
   Prepared pr = prepare(args);
   if (pr.p.T == 0) return;  // nothing to read or write (bad arguments still threw above)
-  pr.prob.num_sms = device_sms(pr.device);
+  pr.prob.num_sms = detail::current_device_state(kOp, pr.device).sms;
   const detail::NormChoice ch = detail::select_norm_config(pr.prob, detail::knobs().force_config.c_str());
   if (detail::knobs().print_config)
     std::fprintf(stderr, "fusedmoe %s: config %s, %d threads per CTA (%s)\n", kOp,
