@@ -1,7 +1,8 @@
-// The host side of MoeLayer's 4-bit weight preparation (NVFP4, MXFP4): one matrix as the decode
-// takes it, and the re-layout of rows into the e2m1 blocks of src/gemm/e2m1_layout.hpp. Host only
-// (no CUDA): the CPU test (tests/layer/test_e2m1_prepare.cpp) checks fill_e2m1_blocks against the
-// layout's own per-nibble definition.
+// The re-layout of 4-bit weights (NVFP4, MXFP4) into the e2m1 blocks of src/gemm/e2m1_layout.hpp
+// on the host: the oracle of the device re-layout MoeLayer runs (layer/prepare.hpp:
+// launch_e2m1_prepare; tests/layer/test_e2m1_prepare_gpu.cpp compares the two byte for byte).
+// Host only (no CUDA): the CPU test (tests/layer/test_e2m1_prepare.cpp) checks fill_e2m1_blocks
+// against the layout's own per-nibble definition.
 #pragma once
 
 #include <cstdint>

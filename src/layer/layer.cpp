@@ -17,7 +17,6 @@
 #include "common/parallel.hpp"
 #include "fusedmoe/formats.hpp"
 #include "gemm/e2m1_layout.hpp"
-#include "layer/e2m1_prepare.hpp"
 #include "layer/layer_plan.hpp"
 #include "layer/prepare.hpp"
 #include "route/route.hpp"
@@ -26,9 +25,6 @@
 namespace fusedmoe {
 namespace {
 
-using detail::E2m1Host;
-using detail::E2m1RowSource;
-using detail::fill_e2m1_blocks;
 
 // The tables in the GEMM's and the schedule kernel's shared memory hold every expert a layer can
 // have: the routing's limit plus the shared chunks.
@@ -121,35 +117,47 @@ int64_t gate_up_source_row(int pr, int64_t i_base, int64_t n_inter, bool interle
 // reduction (GroupedGemmParams::paired_rows).
 int paired_output(int r) { return r / 16 * 16 + (r % 16 < 8 ? 2 * (r % 16) : 2 * (r % 16 - 8) + 1); }
 
-E2m1Host nvfp4_to_host(const char* name, const TensorRef& codes, const TensorRef& scales, int64_t K,
-                       cudaStream_t stream) {
-  E2m1Host m{name, to_host<uint8_t>(codes, stream), to_host<uint8_t>(scales, stream), K, {}};
-  // The decode takes finite, non-negative block scales (e2m1_layout.hpp): a NaN or negative
-  // scale is a malformed checkpoint, not something to multiply.
-  for (size_t i = 0; i < m.scales.size(); ++i) {
-    const uint8_t c = m.scales[i];
-    FMOE_REQUIRE((c & 0x80) == 0 && c != 0x7F,
-                 "%s: %s_scale holds %s block scale code 0x%02x at row %lld, column block %lld "
-                 "(NVFP4 block scales must be finite and non-negative)", kOp, name,
-                 (c & 0x7F) == 0x7F ? "the NaN" : "a negative", c,
-                 (long long)(int64_t(i) / (K / 16)), (long long)(int64_t(i) % (K / 16)));
+// A 4-bit matrix's scales checked on the device (the decode takes finite, non-negative block
+// scales, e2m1_layout.hpp: a NaN or negative scale is a malformed checkpoint, not something to
+// multiply); for MXFP4 each row's largest UE8M0 code, on the device (the prepare kernel reads it)
+// and on the host (the row factors).
+struct E2m1DeviceMatrix {
+  detail::E2m1Source src;
+  DeviceBuffer row_max;
+  std::vector<int32_t> row_max_host;
+};
+E2m1DeviceMatrix check_e2m1(const char* name, const TensorRef& codes, const TensorRef& scales,
+                            int64_t K, bool mx, cudaStream_t stream) {
+  E2m1DeviceMatrix m;
+  const int64_t n = scales.numel(), per_row = K / (mx ? 32 : 16);
+  const int64_t rows = per_row > 0 ? n / per_row : 0;
+  DeviceBuffer first_bad = DeviceBuffer::from(std::vector<unsigned long long>{(unsigned long long)n});
+  if (mx) m.row_max = DeviceBuffer(size_t(std::max<int64_t>(rows, 1)) * sizeof(int32_t));
+  detail::E2m1ScaleScanParams sp{static_cast<const uint8_t*>(scales.data), n,
+                                 first_bad.get<unsigned long long>(), mx,
+                                 mx ? m.row_max.get<int32_t>() : nullptr, per_row};
+  detail::launch_e2m1_scale_scan(sp, stream);
+  unsigned long long bad = 0;
+  FMOE_CUDA(cudaMemcpyAsync(&bad, first_bad.get(), sizeof(bad), cudaMemcpyDeviceToHost, stream));
+  FMOE_CUDA(cudaStreamSynchronize(stream));
+  if (int64_t(bad) < n) {
+    uint8_t c = 0;
+    FMOE_CUDA(cudaMemcpy(&c, static_cast<const uint8_t*>(scales.data) + bad, 1, cudaMemcpyDeviceToHost));
+    const long long row = (long long)(int64_t(bad) / per_row), block = (long long)(int64_t(bad) % per_row);
+    FMOE_REQUIRE(!mx, "%s: %s_scale holds the NaN scale code 0xff at row %lld, column block %lld "
+                 "(MXFP4 scales must be finite)", kOp, name, row, block);
+    FMOE_REQUIRE(false, "%s: %s_scale holds %s block scale code 0x%02x at row %lld, column block "
+                 "%lld (NVFP4 block scales must be finite and non-negative)", kOp, name,
+                 (c & 0x7F) == 0x7F ? "the NaN" : "a negative", c, row, block);
   }
-  return m;
-}
-
-E2m1Host mxfp4_to_host(const char* name, const TensorRef& codes, const TensorRef& scales, int64_t K,
-                       cudaStream_t stream) {
-  const std::vector<uint8_t> mx = to_host<uint8_t>(scales, stream);
-  const int64_t per_row = K / 32, rows = per_row > 0 ? int64_t(mx.size()) / per_row : 0;
-  // 0xFF is UE8M0's NaN: a malformed checkpoint, not something to multiply.
-  const auto nan = std::find(mx.begin(), mx.end(), uint8_t(0xFF));
-  FMOE_REQUIRE(nan == mx.end(),
-               "%s: %s_scale holds the NaN scale code 0xff at row %lld, column block %lld "
-               "(MXFP4 scales must be finite)", kOp, name, (long long)((nan - mx.begin()) / per_row),
-               (long long)((nan - mx.begin()) % per_row));
-  E2m1Host m{name, to_host<uint8_t>(codes, stream), std::vector<uint8_t>(size_t(rows * (K / 16))), K,
-             std::vector<int>(size_t(rows))};
-  detail::mx_scales_to_slots(mx.data(), rows, K, m.scales.data(), m.row_log2.data());
+  if (mx) {
+    m.row_max_host.resize(size_t(rows));
+    if (rows > 0)
+      FMOE_CUDA(cudaMemcpy(m.row_max_host.data(), m.row_max.get(), size_t(rows) * sizeof(int32_t),
+                           cudaMemcpyDeviceToHost));
+  }
+  m.src = {static_cast<const uint8_t*>(codes.data), static_cast<const uint8_t*>(scales.data),
+           mx ? m.row_max.get<int32_t>() : nullptr, K};
   return m;
 }
 
@@ -162,31 +170,28 @@ std::vector<float> global_scales_to_host(const char* name, const TensorRef& t, c
   return g;
 }
 
-// NVFP4 / MXFP4 weights: read to the host, checked, re-laid into e2m1 blocks in the prepared row
-// orders of the bf16/fp8 paths (GEMM 1: 8-row gate/up pairs, shared chunks appended; GEMM 2:
+// NVFP4 / MXFP4 weights: checked and re-laid into e2m1 blocks on the device, in the prepared
+// row orders of the bf16/fp8 paths (GEMM 1: 8-row gate/up pairs, shared chunks appended; GEMM 2:
 // paired output rows), and each prepared row's fp32 factor * 2^26 (the decode's product carries
-// 2^-26): NVFP4's global scale, or MXFP4's per-row power of two.
-// NOTE: on the host (seconds for a DeepSeek-V3 layer); a device re-layout kernel is the next step.
+// 2^-26): NVFP4's global scale, or MXFP4's per-row power of two. The host builds only the
+// per-row tables (where each prepared row comes from, its factor).
 void prepare_e2m1_weights(MoeLayer::Impl& L, const MoeLayerWeights& w, bool interleaved,
                           cudaStream_t stream) {
   const int E = L.E, H = L.H, I = L.I, S = L.S;
   const float unit = std::ldexp(1.0f, detail::e2m1::kProductShift);
-  auto to_host4 = L.mx ? mxfp4_to_host : nvfp4_to_host;
-  const E2m1Host w13 = to_host4("w13", w.w13, w.w13_scale, H, stream);
-  const E2m1Host w2 = to_host4("w2", w.w2, w.w2_scale, I, stream);
+  const E2m1DeviceMatrix w13 = check_e2m1("w13", w.w13, w.w13_scale, H, L.mx, stream);
+  const E2m1DeviceMatrix w2 = check_e2m1("w2", w.w2, w.w2_scale, I, L.mx, stream);
   std::vector<float> g13, g2;
   if (!L.mx) {
     g13 = global_scales_to_host("w13_scale_2", w.w13_scale_2, stream);
     g2 = global_scales_to_host("w2_scale_2", w.w2_scale_2, stream);
   }
   const int g13_per = int(g13.size()) / E;  // 2: gate, up; 1: one per expert
-  E2m1Host sw13, sw2;
-  sw13.name = "shared_w13";
-  sw2.name = "shared_w2";
+  E2m1DeviceMatrix sw13, sw2;
   std::vector<float> sg13, sg2;
   if (L.C > 0) {
-    sw13 = to_host4("shared_w13", w.shared_w13, w.shared_w13_scale, H, stream);
-    sw2 = to_host4("shared_w2", w.shared_w2, w.shared_w2_scale, S, stream);
+    sw13 = check_e2m1("shared_w13", w.shared_w13, w.shared_w13_scale, H, L.mx, stream);
+    sw2 = check_e2m1("shared_w2", w.shared_w2, w.shared_w2_scale, S, L.mx, stream);
     if (!L.mx) {
       sg13 = global_scales_to_host("shared_w13_scale_2", w.shared_w13_scale_2, stream);
       sg2 = global_scales_to_host("shared_w2_scale_2", w.shared_w2_scale_2, stream);
@@ -194,20 +199,18 @@ void prepare_e2m1_weights(MoeLayer::Impl& L, const MoeLayerWeights& w, bool inte
   }
   const int rows1 = L.NT1 * 128, rows2 = L.NB2 * 128;
   const int KB1 = int(cdiv(H, detail::e2m1::kBlockK)), KB2 = L.I_pad / detail::e2m1::kBlockK;
+  auto relayout = [&](DeviceBuffer& dst, int64_t tiles, int KB, const std::vector<detail::E2m1RowRef>& refs,
+                      const E2m1DeviceMatrix& main, const E2m1DeviceMatrix& shared) {
+    dst = DeviceBuffer(size_t(tiles) * KB * detail::e2m1::kBlockBytes);
+    const DeviceBuffer d_refs = DeviceBuffer::from(refs);
+    detail::E2m1PrepareParams pp{dst.get<uint8_t>(), tiles, KB, d_refs.get<detail::E2m1RowRef>(),
+                                 {main.src, shared.src}, L.mx};
+    detail::launch_e2m1_prepare(pp, stream);
+    FMOE_CUDA(cudaStreamSynchronize(stream));  // before the row table is freed
+  };
 
   // GEMM 1: prepared expert e < E is expert e; e >= E is shared chunk e - E.
-  auto src1 = [&](int64_t tile, int r) {
-    const int e = int(tile / L.NT1), pr = int(tile % L.NT1) * 128 + r;
-    const bool shared = e >= E;
-    const int64_t n_inter = shared ? S : I, i_base = shared ? int64_t(e - E) * L.I_pad : 0;
-    const int64_t src = gate_up_source_row(pr, i_base, n_inter, interleaved);
-    E2m1RowSource s;
-    if (src < 0) return s;
-    s.m = shared ? &sw13 : &w13;
-    s.row = shared ? src : int64_t(e) * 2 * I + src;
-    s.ncols = H;
-    return s;
-  };
+  std::vector<detail::E2m1RowRef> refs1(size_t(L.E_total) * rows1);
   std::vector<float> rs1(size_t(L.E_total) * rows1, 0.0f);
   for (int e = 0; e < L.E_total; ++e)
     for (int pr = 0; pr < rows1; ++pr) {
@@ -215,45 +218,38 @@ void prepare_e2m1_weights(MoeLayer::Impl& L, const MoeLayerWeights& w, bool inte
       const int64_t n_inter = shared ? S : I, i_base = shared ? int64_t(e - E) * L.I_pad : 0;
       const int64_t src = gate_up_source_row(pr, i_base, n_inter, interleaved);
       if (src < 0) continue;
+      const int64_t row = shared ? src : int64_t(e) * 2 * I + src;
+      refs1[size_t(e) * rows1 + pr] = {row, 0, H, shared ? 1 : 0, 0};
       if (L.mx) {
-        const int log2 = shared ? sw13.row_log2[size_t(src)] : w13.row_log2[size_t(int64_t(e) * 2 * I + src)];
-        rs1[size_t(e) * rows1 + pr] = std::ldexp(unit, log2);
+        const int32_t c_max = (shared ? sw13 : w13).row_max_host[size_t(row)];
+        rs1[size_t(e) * rows1 + pr] = std::ldexp(unit, detail::e2m1::mx_row_factor_log2(c_max));
         continue;
       }
       const int up = interleaved ? int(src % 2) : int(src >= n_inter);
       const float g = shared ? sg13[sg13.size() == 2 ? up : 0] : g13[size_t(e) * g13_per + (g13_per == 2 ? up : 0)];
       rs1[size_t(e) * rows1 + pr] = g * unit;
     }
-  L.w13 = DeviceBuffer::from(fill_e2m1_blocks(int64_t(L.E_total) * L.NT1, KB1, src1));
+  relayout(L.w13, int64_t(L.E_total) * L.NT1, KB1, refs1, w13, sw13);
   L.w13_row_scale = DeviceBuffer::from(rs1);
 
   // GEMM 2: rows paired; shared chunk c takes the shared MLP's columns [c I_pad, (c+1) I_pad).
-  auto src2 = [&](int64_t tile, int r) {
-    const int e = int(tile / L.NB2), pr = int(tile % L.NB2) * 128 + r;
-    E2m1RowSource s;
-    if (pr >= H) return s;
-    const int out = paired_output(pr);
-    if (e < E) {
-      s.m = &w2;
-      s.row = int64_t(e) * H + out;
-      s.ncols = I;
-    } else {
-      s.m = &sw2;
-      s.row = out;
-      s.col0 = int64_t(e - E) * L.I_pad;
-      s.ncols = std::min<int64_t>(L.I_pad, S - s.col0);
-    }
-    return s;
-  };
+  std::vector<detail::E2m1RowRef> refs2(size_t(L.E_total) * rows2);
   std::vector<float> rs2(size_t(L.E_total) * rows2, 0.0f);
   for (int e = 0; e < L.E_total; ++e)
     for (int pr = 0; pr < H; ++pr) {
       const int out = paired_output(pr);
+      detail::E2m1RowRef& r = refs2[size_t(e) * rows2 + pr];
+      if (e < E) {
+        r = {int64_t(e) * H + out, 0, I, 0, 0};
+      } else {
+        const int64_t col0 = int64_t(e - E) * L.I_pad;
+        r = {out, int32_t(col0), int32_t(std::min<int64_t>(L.I_pad, S - col0)), 1, 0};
+      }
       rs2[size_t(e) * rows2 + pr] =
-          L.mx ? std::ldexp(unit, e < E ? w2.row_log2[size_t(int64_t(e) * H + out)] : sw2.row_log2[size_t(out)])
+          L.mx ? std::ldexp(unit, detail::e2m1::mx_row_factor_log2((e < E ? w2 : sw2).row_max_host[size_t(r.row)]))
                : (e < E ? g2[size_t(e)] : sg2[0]) * unit;
     }
-  L.w2 = DeviceBuffer::from(fill_e2m1_blocks(int64_t(L.E_total) * L.NB2, KB2, src2));
+  relayout(L.w2, int64_t(L.E_total) * L.NB2, KB2, refs2, w2, sw2);
   L.w2_row_scale = DeviceBuffer::from(rs2);
 }
 
