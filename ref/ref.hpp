@@ -107,6 +107,15 @@ struct GemmResult {
 GemmResult grouped_gemm(const ActRows& a, const WeightSet& w, const int32_t* offsets,
                         bool want_abs_sum);
 
+/// The NVFP4 grouped GEMM (include/fusedmoe/grouped_gemm.hpp) on the CPU: for group g, rows r in
+/// [offsets[g], offsets[g+1]): c[r, n] = a_global[g] * b_global[g] * sum_k dq(a)[r,k] * dq(b_g)[n,k]
+/// with float64 sums of the exact dequantized products; dq(x) = e2m1 * e4m3 scale (per 16 along K).
+/// a: [M, K/2] packed (even element in the low nibble), a_scale [M, K/16] e4m3 codes, a_global [G] (nullptr: 1),
+/// offsets [G+1] (assumed valid here), b [G, N, K/2], b_scale [G, N, K/16], b_global [G]. Returns [M, N] fp32 (rows no group covers are 0).
+std::vector<float> nvfp4_grouped_gemm(const uint8_t* a, const uint8_t* a_scale, const float* a_global,
+                                      const int32_t* offsets, int G, int M, const uint8_t* b,
+                                      const uint8_t* b_scale, const float* b_global, int N, int K);
+
 // ================================================================================================
 // Element-wise stages.
 // ================================================================================================
