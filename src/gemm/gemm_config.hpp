@@ -13,6 +13,8 @@ enum class GemmRows : int { gathered, tma };
 enum class GemmEpilogue : int { combine, swiglu };
 /// Which operand is wgmma's M side (gemm_configs.def says why).
 enum class GemmOperands : int { weights_m, tokens_m };
+/// Element type of the combine epilogue's deterministic rows (GroupedGemmParams::out_type).
+enum class GemmOut : int { f32, bf16, f16 };
 
 enum class GemmConfigId : int {
 #define FMOE_GG(name, bt, waves, stages, weights, rows, epi, operands, ctas) name,

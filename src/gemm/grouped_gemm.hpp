@@ -14,7 +14,8 @@
 //             (layer GEMM 2 reads GEMM 1's output)
 // Epilogues:
 //   combine   out[token(c), n] += w(c) * (acc + bias[e, n]) (fp32 atomics), or in deterministic
-//             mode out[route(c), n] = ... (one row per route, whole tiles, no split K)
+//             mode out[route(c), n] = ... (one row per route, whole tiles, no split K; e2m1
+//             configs may store those rows as bf16 / f16: out_type)
 //   swiglu    weight rows come in 8-row gate/up pairs (the layer's prepared layout, see
 //             src/layer): h[row(c), 64*wb + i] = act(gate_i + bg, up_i + bu), stored as e4m3
 //             with one fp32 scale per 64 (h_scale) or as bf16; whole tiles only
@@ -60,7 +61,8 @@ struct GroupedGemmParams {
   const int32_t* counts;        // [E]
   const int32_t* tile_offsets;  // [E + 1] token tiles
   const int32_t* route_offsets; // [E + 1]
-  const int32_t* sorted_route;  // [E * T]
+  const int32_t* sorted_route;  // [E * T]; nullptr: the routes of expert e are its compact rows
+                                // route_offsets[e] + i (k = 1: the NVFP4 grouped GEMM, src/grouped)
   const float* topk_weights;    // [T * k]
   const int32_t* topk_ids;      // [T * k] (fused schedule)
   int32_t* status;              // fused schedule: dropped routes are counted here (nullptr: not
@@ -79,6 +81,10 @@ struct GroupedGemmParams {
                                 // down weights), so each thread holds two adjacent outputs and adds
                                 // them with one 8-byte reduction
   float* out;                   // combine: fast [T, N]; deterministic [R, N]
+  // Deterministic combine into rows of bf16 / f16 instead of `out` (e2m1 configs only: the
+  // NVFP4 grouped GEMM op, src/grouped): out_lowp [R, N], each element rounded once (RNE).
+  GemmOut out_type = GemmOut::f32;
+  void* out_lowp = nullptr;
   const float* bias;            // combine: [E, N], added once; swiglu: [E, NB * 128] prepared rows
   uint8_t* h;                   // swiglu: [R, ldh bytes] intermediate rows
   int64_t ldh;
@@ -96,6 +102,12 @@ struct GroupedGemmParams {
   int32_t* split_counters;      // [kSplitMaxTiles]
   int prefetch_units;           // L2 prefetch of the weights expected first (0: off)
 };
+
+/// The output row that prepared row r of a paired_rows weight tile holds: in each 16, rows r < 8
+/// are outputs 2r and rows r >= 8 outputs 2(r-8)+1 (so one thread holds two adjacent outputs).
+constexpr int paired_output(int r) {
+  return r / 16 * 16 + (r % 16 < 8 ? 2 * (r % 16) : 2 * (r % 16 - 8) + 1);
+}
 
 /// Split K of the swiglu GEMM: at most this many parts, and only when the tiles fit the buffers.
 constexpr int kMaxSplit = 4;

@@ -7,9 +7,12 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <cuda/atomic>
+
+#include <type_traits>
 
 #include "common/ptx/sm90_ptx.cuh"
 #include "gemm/sm90_gemm_scheduler.cuh"
@@ -28,13 +31,18 @@ template <class Cfg>
 struct Epilogue<Cfg, GemmEpilogue::combine> {
   // kPaired: this thread's two rows are adjacent outputs n_a, n_a + 1 (N % 16 == 0, in range or
   // out together); else rows n_a and n_a + 8.
-  template <bool kPaired, bool kDet>
+  // kOut (deterministic only): the element type of the rows; f32 into p.out, bf16 / f16 into
+  // p.out_lowp (each value rounded once, a paired thread's two as one 4-byte store).
+  template <bool kPaired, bool kDet, GemmOut kOut = GemmOut::f32>
   __device__ static void columns(const GroupedGemmParams& p, const typename Cfg::TileMeta& m,
                                  const float (&acc)[Cfg::kAccRegs], int n_a, int n_b, float bias_a,
                                  float bias_b, int lane) {
+    static_assert(kOut == GemmOut::f32 || kDet, "bf16 / f16 rows: deterministic combine only");
     const bool ok_a = n_a < p.N, ok_b = n_b < p.N;
     if (!ok_a && !ok_b) return;
-    float* const out = p.out;
+    using OutT = std::conditional_t<kOut == GemmOut::bf16, __nv_bfloat16,
+                                    std::conditional_t<kOut == GemmOut::f16, __half, float>>;
+    OutT* const out = kOut == GemmOut::f32 ? reinterpret_cast<OutT*>(p.out) : static_cast<OutT*>(p.out_lowp);
     const int64_t ld = p.N;
 #pragma unroll
     for (int b = 0; b < Cfg::BLOCK_T / 8; ++b) {
@@ -47,8 +55,20 @@ struct Epilogue<Cfg, GemmEpilogue::combine> {
         if (r < 0) continue;  // absent column
         const float w = h == 0 ? ws.x : ws.y;
         const float va = (acc[4 * b + h] + bias_a) * w, vb = (acc[4 * b + 2 + h] + bias_b) * w;
-        float* row = out + int64_t(r) * ld;
-        if constexpr (kPaired) {
+        OutT* row = out + int64_t(r) * ld;
+        if constexpr (kOut == GemmOut::bf16) {
+          if constexpr (kPaired) *reinterpret_cast<__nv_bfloat162*>(row + n_a) = __floats2bfloat162_rn(va, vb);
+          else {
+            if (ok_a) row[n_a] = __float2bfloat16_rn(va);
+            if (ok_b) row[n_b] = __float2bfloat16_rn(vb);
+          }
+        } else if constexpr (kOut == GemmOut::f16) {
+          if constexpr (kPaired) *reinterpret_cast<__half2*>(row + n_a) = __floats2half2_rn(va, vb);
+          else {
+            if (ok_a) row[n_a] = __float2half_rn(va);
+            if (ok_b) row[n_b] = __float2half_rn(vb);
+          }
+        } else if constexpr (kPaired) {
           if constexpr (kDet) *reinterpret_cast<float2*>(row + n_a) = make_float2(va, vb);
           else ptx::red_add_v2(row + n_a, va, vb);
         } else if constexpr (kDet) {
@@ -160,6 +180,18 @@ struct Epilogue<Cfg, GemmEpilogue::combine> {
       const float* b = p.bias + int64_t(s.e) * p.N;
       bias_a = n_a < p.N ? b[n_a] : 0.0f;
       bias_b = n_b < p.N ? b[n_b] : 0.0f;
+    }
+    if constexpr (Cfg::kE2M1) {  // the NVFP4 grouped GEMM's rows (launch checks: deterministic)
+      if (p.out_type != GemmOut::f32) {
+        if (p.out_type == GemmOut::bf16) {
+          if (paired) columns<true, true, GemmOut::bf16>(p, m, acc, n_a, n_b, bias_a, bias_b, lane);
+          else columns<false, true, GemmOut::bf16>(p, m, acc, n_a, n_b, bias_a, bias_b, lane);
+        } else {
+          if (paired) columns<true, true, GemmOut::f16>(p, m, acc, n_a, n_b, bias_a, bias_b, lane);
+          else columns<false, true, GemmOut::f16>(p, m, acc, n_a, n_b, bias_a, bias_b, lane);
+        }
+        return;
+      }
     }
     if (paired) {
       if (p.deterministic) columns<true, true>(p, m, acc, n_a, n_b, bias_a, bias_b, lane);

@@ -229,8 +229,9 @@ template <class Cfg>
 __device__ void publish_columns(const GroupedGemmParams& p, typename Cfg::SharedStorage& ss,
                                 const Segment& s, typename Cfg::TileMeta& m, int tid) {
   const bool fused = Cfg::kFusedRoutes > 0 && p.fused_schedule;
+  // No sorted_route table: the routes are the compact rows themselves (the NVFP4 grouped GEMM).
   if (tid < Cfg::BLOCK_T)
-    m.col_route[tid] = !fused && tid < s.nrows ? p.sorted_route[s.slot0 + tid] : -1;
+    m.col_route[tid] = fused || tid >= s.nrows ? -1 : p.sorted_route ? p.sorted_route[s.slot0 + tid] : s.row0 + tid;
   if (fused) {
     asm volatile("bar.sync 1, 128;\n" ::: "memory");  // the -1 fill lands before the ranks
     build_columns<Cfg>(p, ss, s, m.col_route, tid);

@@ -112,10 +112,9 @@ int64_t gate_up_source_row(int pr, int64_t i_base, int64_t n_inter, bool interle
   return up ? n_inter + i : i;
 }
 
-// Row r of a prepared GEMM 2 tile holds output row paired_output(r): in each 16, rows r < 8 are
-// outputs 2r and rows r >= 8 outputs 2(r-8)+1, so the combine adds two adjacent outputs per
-// reduction (GroupedGemmParams::paired_rows).
-int paired_output(int r) { return r / 16 * 16 + (r % 16 < 8 ? 2 * (r % 16) : 2 * (r % 16 - 8) + 1); }
+// Row r of a prepared GEMM 2 tile holds output row paired_output(r) (grouped_gemm.hpp), so the
+// combine adds two adjacent outputs per reduction.
+using detail::paired_output;
 
 // A 4-bit matrix's scales checked on the device (the decode takes finite, non-negative block
 // scales, e2m1_layout.hpp: a NaN or negative scale is a malformed checkpoint, not something to
