@@ -40,6 +40,9 @@ struct BenchOp {
   /// Options the op accepts beyond the common ones (--op, --json).
   std::vector<BenchOption> options;
   void (*run)(const Context&, const cli::Args&);
+  /// Optional: checks that span several options (a custom shape's sizes against each other),
+  /// throwing cli::UsageError; called with the per-option checks, before the GPU is touched.
+  void (*check)(const cli::Args&) = nullptr;
 };
 
 std::vector<BenchOp>& bench_ops();

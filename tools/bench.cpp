@@ -139,7 +139,10 @@ int cmd_bench(const std::vector<std::string>& argv_in) {
     for (const bench::BenchOption& o : op->options) valued.insert(o.name);
   }
   Args args(argv, valued, {});
-  if (op) check_op_options(*op, args);
+  if (op) {
+    check_op_options(*op, args);
+    if (op->check) op->check(args);
+  }
   if (args.has("json")) check_json_path(args.str("json", ""));
   set_activity("benchmarking");
   std::string why;

@@ -273,7 +273,8 @@ TEST(Cli, BenchUsageErrorsComeBeforeTheGpu) {
   expect_usage_error("bench --op", "fusedmoe bench: --op needs a value");
   expect_usage_error("bench --op --tokens 4", "fusedmoe bench: --op needs a value");
   expect_usage_error("bench --op nope",
-                     "unknown benchmark op \"nope\"; the ops are: gemv, layer, layer_all, moe_fp8, moe_fp8_all");
+                     "unknown benchmark op \"nope\"; the ops are: gemv, nvfp4_grouped_gemm, layer, "
+                     "layer_all, moe_fp8, moe_fp8_all");
   expect_usage_error("bench ceilings --op moe_fp8", "'bench ceilings' takes no --op",
                      "usage: fusedmoe bench ceilings");
   expect_usage_error("bench --op moe_fp8 --mode x",
@@ -291,6 +292,27 @@ TEST(Cli, BenchUsageErrorsComeBeforeTheGpu) {
   expect_usage_error("bench --op gemv --json /nonexistent-dir/out.json",
                      "--json \"/nonexistent-dir/out.json\": the directory \"/nonexistent-dir\" "
                      "does not exist or is not writable");
+  // nvfp4_grouped_gemm: the per-option checks, and its own check of the custom shape's options
+  // against each other (BenchOp::check), all before the GPU.
+  const std::string gg_usage = "usage: fusedmoe bench --op nvfp4_grouped_gemm";
+  expect_usage_error("bench --op nvfp4_grouped_gemm --shapes all",
+                     "--shapes must be one of contest, custom, got \"all\"", gg_usage);
+  expect_usage_error("bench --op nvfp4_grouped_gemm --out e4m3",
+                     "--out must be one of bf16, f16, f32, got \"e4m3\"", gg_usage);
+  expect_usage_error("bench --op nvfp4_grouped_gemm --groups 513 --m 1 --n 8 --k 16",
+                     "--groups must be in [1, 512]", gg_usage);
+  expect_usage_error("bench --op nvfp4_grouped_gemm --m 8 --n 64 --k 24",
+                     "--k must be a multiple of 16", gg_usage);
+  expect_usage_error("bench --op nvfp4_grouped_gemm --groups 3 --m 8,16 --n 64 --k 32",
+                     "--m gives 2 group sizes but --groups is 3", gg_usage);
+  expect_usage_error("bench --op nvfp4_grouped_gemm --m 8,8 --k 32",
+                     "a custom shape needs --n, --k and --m; --n is missing", gg_usage);
+  expect_usage_error("bench --op nvfp4_grouped_gemm --shapes custom",
+                     "a custom shape needs --n, --k and --m", gg_usage);
+  expect_usage_error("bench --op nvfp4_grouped_gemm --shapes contest --m 8 --n 64 --k 32",
+                     "describe a custom shape: give them without --shapes contest", gg_usage);
+  expect_usage_error("bench --op nvfp4_grouped_gemm --m 0,0 --n 64 --k 32",
+                     "--m: the groups need at least one row in all", gg_usage);
 }
 
 // Issue 8, item 2: the bench usage says to run this to see an op's options.
@@ -298,7 +320,7 @@ TEST(Cli, BenchOpHelpPrintsTheOpsOwnOptions) {
   const Result generic = run_cli("bench --help");
   EXPECT_EQ(generic.code, 0) << generic.out;
   EXPECT_TRUE(has(generic.out, "Run 'fusedmoe bench --op NAME --help' for an op's options."));
-  for (const char* op : {"moe_fp8", "moe_fp8_all", "gemv"})
+  for (const char* op : {"moe_fp8", "moe_fp8_all", "gemv", "nvfp4_grouped_gemm"})
     EXPECT_TRUE(has(generic.out, std::string("\n  ") + op + " ")) << op << "\n" << generic.out;
 
   Result r = run_cli("bench --op moe_fp8 --help");
@@ -317,6 +339,12 @@ TEST(Cli, BenchOpHelpPrintsTheOpsOwnOptions) {
                           "--shapes all|contest|moe", "--time on|off", "--json PATH"})
     EXPECT_TRUE(has(r.out, "\n  " + std::string(opt))) << opt << "\n" << r.out;
   EXPECT_FALSE(has(r.out, "--preset")) << r.out;
+
+  r = run_cli("bench --op nvfp4_grouped_gemm --help");
+  EXPECT_EQ(r.code, 0) << r.out;
+  for (const char* opt : {"--shapes contest|custom", "--groups G", "--n N", "--k K", "--m LIST",
+                          "--out bf16|f16|f32", "--l2 cold|warm|both", "--seed N", "--json PATH"})
+    EXPECT_TRUE(has(r.out, "\n  " + std::string(opt))) << opt << "\n" << r.out;
 
   r = run_cli("bench --op moe_fp8_all --help");
   EXPECT_EQ(r.code, 0) << r.out;
