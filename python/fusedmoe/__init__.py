@@ -3,8 +3,9 @@
 The C++ library (include/fusedmoe) through a nanobind extension: :class:`MoeConfig` (presets and
 Hugging Face config.json import), :class:`MoeLayer` (the whole layer on torch CUDA tensors, on
 torch's current stream, CUDA-graph capturable), the NVFP4 GEMV (:func:`gemv_nvfp4`,
-:func:`moe_gemv_nvfp4`), the fused RMSNorm + quantize (:func:`rmsnorm_quant`) and the CPU codecs
-and quantizers (numpy in, numpy out). Every bad argument raises :class:`Error` with the library's
+:func:`moe_gemv_nvfp4`), the NVFP4 x NVFP4 grouped GEMM (:class:`Nvfp4GroupedGemm`), the fused
+RMSNorm + quantize (:func:`rmsnorm_quant`) and the CPU codecs and quantizers (numpy in, numpy
+out). Every bad argument raises :class:`Error` with the library's
 message (op, argument, expected vs actual). torch is imported only by the calls that need it.
 """
 
@@ -40,6 +41,7 @@ from ._fusedmoe import (
 from ._interop import arg as _arg
 from ._interop import cuda_device_of as _cuda_device_of
 from ._interop import current_stream as _current_stream
+from ._grouped_gemm import Nvfp4GroupedGemm
 from ._layer import MoeLayer
 
 __version__ = "0.1.0"
@@ -215,6 +217,7 @@ __all__ = [
     "Error",
     "MoeConfig",
     "MoeLayer",
+    "Nvfp4GroupedGemm",
     "Precision",
     "ReductionMode",
     "RoutingConfig",

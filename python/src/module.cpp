@@ -31,6 +31,7 @@
 #include "fusedmoe/error.hpp"
 #include "fusedmoe/formats.hpp"
 #include "fusedmoe/gemv.hpp"
+#include "fusedmoe/grouped_gemm.hpp"
 #include "fusedmoe/layer.hpp"
 #include "fusedmoe/moe.hpp"
 #include "fusedmoe/norm.hpp"
@@ -591,6 +592,99 @@ void py_moe_gemv_nvfp4(nb::handle w, nb::handle w_scale, nb::handle w_global, nb
 #endif
 }
 
+// ---- the NVFP4 grouped GEMM ----------------------------------------------------------------------
+
+constexpr const char* kGroupedOp = "Nvfp4GroupedGemm";
+
+/// The library's Nvfp4GroupedGemm (CUDA builds): B prepared once by the constructor, calls on
+/// caller-given A, offsets, c and workspace. fusedmoe.Nvfp4GroupedGemm wraps it for torch (it
+/// allocates c and owns a growing workspace).
+class PyNvfp4GroupedGemm {
+ public:
+  PyNvfp4GroupedGemm(nb::handle b, nb::handle b_scale, nb::handle b_global, uintptr_t stream) {
+    Keep keep;
+    const TensorRef tb = tensor_arg(Spec{kGroupedOp, "b", DType::e2m1x2, ByteAs::e2m1x2}, b, keep);
+    const TensorRef ts = tensor_arg(Spec{kGroupedOp, "b_scale", DType::e4m3, ByteAs::e4m3}, b_scale, keep);
+    const TensorRef tg = tensor_arg(Spec{kGroupedOp, "b_global", DType::f32}, b_global, keep);
+    FMOE_REQUIRE(tb.data != nullptr, "%s: b is required", kGroupedOp);
+    FMOE_REQUIRE(ts.data != nullptr, "%s: b_scale is required", kGroupedOp);
+    FMOE_REQUIRE(tg.data != nullptr, "%s: b_global is required", kGroupedOp);
+    device_ = tb.device_index;
+#if defined(FMOE_HAS_CUDA)
+    nb::gil_scoped_release nogil;
+    gemm_ = std::make_unique<Nvfp4GroupedGemm>(tb, ts, tg, as_stream(stream));
+#else
+    (void)stream;
+    no_cuda(kGroupedOp);
+#endif
+  }
+
+  int device() const { return device_; }
+#if defined(FMOE_HAS_CUDA)
+  int groups() const { return gemm_->groups(); }
+  int n() const { return gemm_->n(); }
+  int k() const { return gemm_->k(); }
+  size_t prepared_bytes() const { return gemm_->prepared_bytes(); }
+  size_t workspace_size(int max_rows) const {
+    FMOE_REQUIRE(max_rows >= 0, "%s: max_rows must be >= 0, got %d", kGroupedOp, max_rows);
+    return gemm_->workspace_size(max_rows);
+  }
+#else
+  int groups() const { no_cuda(kGroupedOp); }
+  int n() const { no_cuda(kGroupedOp); }
+  int k() const { no_cuda(kGroupedOp); }
+  size_t prepared_bytes() const { no_cuda(kGroupedOp); }
+  size_t workspace_size(int) const { no_cuda(kGroupedOp); }
+#endif
+
+  void run(nb::handle a, nb::handle a_scale, nb::handle a_global, nb::handle offsets, nb::handle c,
+           nb::handle workspace, uintptr_t stream, bool validate_offsets) const {
+    Keep keep;
+    Nvfp4GroupedGemmArgs g;
+    g.a = tensor_arg(Spec{kGroupedOp, "a", DType::e2m1x2, ByteAs::e2m1x2}, a, keep);
+    g.a_scale = tensor_arg(Spec{kGroupedOp, "a_scale", DType::e4m3, ByteAs::e4m3}, a_scale, keep);
+    g.a_global = tensor_arg(Spec{kGroupedOp, "a_global", DType::f32}, a_global, keep);
+    g.offsets = tensor_arg(Spec{kGroupedOp, "offsets", DType::i32}, offsets, keep);
+    g.c = tensor_arg(Spec{kGroupedOp, "c", DType::bf16, ByteAs::none, Place::cuda, true}, c, keep);
+    // A missing tensor would reach the op as a null pointer of shape []: name it here instead.
+    FMOE_REQUIRE(!a.is_none(), "%s: a is missing", kGroupedOp);
+    FMOE_REQUIRE(!a_scale.is_none(), "%s: a_scale is missing", kGroupedOp);
+    FMOE_REQUIRE(!offsets.is_none(), "%s: offsets is missing", kGroupedOp);
+    FMOE_REQUIRE(!c.is_none(), "%s: c is missing", kGroupedOp);
+    g.validate_offsets = validate_offsets;
+    size_t bytes = 0;
+    const TensorRef ws = workspace_arg(kGroupedOp, workspace, keep, bytes);
+#if defined(FMOE_HAS_CUDA)
+    nb::gil_scoped_release nogil;
+    gemm_->run(g, ws.data, bytes, as_stream(stream));
+#else
+    (void)ws;
+    (void)stream;
+    no_cuda(kGroupedOp);
+#endif
+  }
+
+  bool offsets_clamped(nb::handle workspace, uintptr_t stream) const {
+    Keep keep;
+    size_t bytes = 0;
+    const TensorRef ws = workspace_arg(kGroupedOp, workspace, keep, bytes);
+#if defined(FMOE_HAS_CUDA)
+    nb::gil_scoped_release nogil;
+    return gemm_->offsets_clamped(ws.data, as_stream(stream));
+#else
+    (void)ws;
+    (void)stream;
+    no_cuda(kGroupedOp);
+#endif
+  }
+
+ private:
+  int device_ = 0;
+#if defined(FMOE_HAS_CUDA)
+  std::unique_ptr<Nvfp4GroupedGemm> gemm_;
+#endif
+};
+
 // ---- CPU codecs and quantizers (numpy in, numpy out) ---------------------------------------------
 
 /// [rows, cols] or [E, rows, cols] -> (E or 1, rows, cols).
@@ -962,6 +1056,20 @@ NB_MODULE(_fusedmoe, m) {
       .def("dropped_routes", &PyLayer::dropped_routes, "workspace"_a.none(), "stream"_a)
       .def("host_ns_per_forward", &PyLayer::host_ns_per_forward, "x"_a, "router_logits"_a, "y"_a,
            "workspace"_a, "stream"_a, "mode"_a, "iters"_a);
+
+  nb::class_<PyNvfp4GroupedGemm>(m, "_Nvfp4GroupedGemm",
+                                 "The library's Nvfp4GroupedGemm; fusedmoe.Nvfp4GroupedGemm wraps it for torch")
+      .def(nb::init<nb::handle, nb::handle, nb::handle, uintptr_t>(), "b"_a.none(),
+           "b_scale"_a.none(), "b_global"_a.none(), "stream"_a)
+      .def_prop_ro("device", &PyNvfp4GroupedGemm::device)
+      .def_prop_ro("groups", &PyNvfp4GroupedGemm::groups)
+      .def_prop_ro("n", &PyNvfp4GroupedGemm::n)
+      .def_prop_ro("k", &PyNvfp4GroupedGemm::k)
+      .def_prop_ro("prepared_bytes", &PyNvfp4GroupedGemm::prepared_bytes)
+      .def("workspace_size", &PyNvfp4GroupedGemm::workspace_size, "max_rows"_a)
+      .def("run", &PyNvfp4GroupedGemm::run, "a"_a.none(), "a_scale"_a.none(), "a_global"_a.none(),
+           "offsets"_a.none(), "c"_a.none(), "workspace"_a.none(), "stream"_a, "validate_offsets"_a)
+      .def("offsets_clamped", &PyNvfp4GroupedGemm::offsets_clamped, "workspace"_a.none(), "stream"_a);
 
   m.def("gemv_nvfp4", &py_gemv_nvfp4, "a"_a.none(), "a_scale"_a.none(), "a_global"_a.none(),
         "b"_a.none(), "c"_a.none(), "b_scale"_a.none(), "b_global"_a.none(), "pdl"_a, "stream"_a);

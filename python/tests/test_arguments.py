@@ -127,3 +127,18 @@ def test_moe_gemv_refuses_wrong_id_dtype():
         fusedmoe.moe_gemv_nvfp4(
             None, None, None, None, np.zeros((1, 2), np.int64), None, np.zeros((1, 4), np.float32)
         )
+
+
+def test_grouped_gemm_constructor_arguments():
+    G, N, K = 2, 8, 32
+    b, b_scale, b_global = np.zeros((G, N, K // 2), np.uint8), np.zeros((G, N, K // 16), np.uint8), np.ones(G, np.float32)
+    with pytest.raises(Error, match=re.escape("Nvfp4GroupedGemm: b must be in CUDA device memory, got [2, 8, 16] e2m1x2 cpu")):
+        fusedmoe.Nvfp4GroupedGemm(b, b_scale, b_global)
+    with pytest.raises(Error, match=re.escape("Nvfp4GroupedGemm: b must be e2m1x2 (or uint8 codes), got float64")):
+        fusedmoe.Nvfp4GroupedGemm(b.astype(np.float64), None, None)
+    with pytest.raises(Error, match=re.escape("Nvfp4GroupedGemm: b_scale must be e4m3 (or uint8 codes), got int16")):
+        fusedmoe.Nvfp4GroupedGemm(None, b_scale.astype(np.int16), None)
+    with pytest.raises(Error, match=re.escape("Nvfp4GroupedGemm: b_global must be f32, got int64")):
+        fusedmoe.Nvfp4GroupedGemm(None, None, np.ones(G, np.int64))
+    with pytest.raises(Error, match=re.escape("Nvfp4GroupedGemm: b is required")):
+        fusedmoe.Nvfp4GroupedGemm(None, None, None)
