@@ -287,7 +287,7 @@ TEST(Nvfp4GroupedGemmGpu, ArgumentErrors) {
   const Nvfp4GroupedGemmArgs good = d.args(p, c.get(), DType::bf16, true);
   Nvfp4GroupedGemmArgs x = good;
   x.a.dtype = DType::e4m3;
-  test::expect_error([&] { run(x, ws.bytes()); }, "a: expected dtype e2m1x2");
+  test::expect_error([&] { run(x, ws.bytes()); }, "a must be e2m1x2, got [8, 32] e4m3");
   x = good;
   x.a_scale.shape[1] = 3;
   test::expect_error([&] { run(x, ws.bytes()); }, "a_scale");
