@@ -722,15 +722,19 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   // T=1 has 9 experts x 32 = 288, 2.2 waves on 132 SMs, so a third of the SMs idle through the
   // last wave (measured on H100: gate_up 107 us for 264 MB, 2.5 TB/s). Split K in S parts so that
   // S x the expected tiles cover >= 4 waves, when the tiles surely fit the partial buffers. The
-  // parts are summed in a fixed order, so deterministic mode may split too.
-  // NOTE: off unless FMOE_SPLIT_K=1. Measured on H100 (docs/performance.md): gate_up alone gains at deepseek-v3 T=1 (108.4 -> 104.0 us) but the
-  // layer loses end to end (176.2 -> 178.4 us; qwen3-30b T=1 32.8 -> 42.2 us with gate_up alone
-  // 16.4 -> 18.0), for a reason not yet found (next: ncu on the end-to-end graph).
-  if (knobs().split_k && bt == kSplitBlockT && !static_tiles && split_possible(L) &&
+  // parts are summed in a fixed order, so deterministic mode may split too. A part must stay long
+  // enough to fill its pipeline: measured on H100 (docs/performance.md, session 21), NVFP4
+  // deepseek-v3 T=1 with two parts of 56 k-blocks: gate_up 79.3 -> 70.6 us, layer 135.3 -> 129.2;
+  // qwen3-30b-a3b T=1 with four parts of 8: layer 29.6 -> 34.4. So the e2m1 gate/up splits by
+  // default where every part keeps >= 32 k-blocks (2048 K). FMOE_SPLIT_K=1 splits wherever a part
+  // keeps 2 (for experiments; with fp8 gate_up gained at deepseek-v3 T=1, 108.4 -> 104.0 us, but
+  // the layer lost, 176.2 -> 178.4, for a reason not found).
+  const int min_part_kb = knobs().split_k ? 2 : L.e2m1 ? 32 : 0;
+  if (min_part_kb > 0 && bt == kSplitBlockT && !static_tiles && split_possible(L) &&
       int64_t(L.NT1) * (std::min<int64_t>(L.E_total, R) + R / bt + 1) <= kSplitMaxTiles) {
     const double tiles = L.NT1 * (E * hit + L.C);
     const int kb1 = int(cdiv(int64_t(H) * eb, 128));
-    while (plan.split < kMaxSplit && plan.split * tiles < 4.0 * ds.sms && kb1 / (2 * plan.split) >= 2)
+    while (plan.split < kMaxSplit && plan.split * tiles < 4.0 * ds.sms && kb1 / (2 * plan.split) >= min_part_kb)
       plan.split *= 2;
   }
   if (knobs().print_config)

@@ -91,8 +91,21 @@ TEST(LayerGpu, SplitKOfGateUpAtDecode) {
   // Few tiles (T <= 2): GEMM 1 splits K and the last part runs the epilogue; the oracles must
   // still hold, and the plan must really have split.
   FMOE_SKIP_WITHOUT_GPU();
-  detail::ScopedKnob<bool> on(&detail::Knobs::split_k, true);  // off by default (layer.cpp says why)
-  for (Precision p : {Precision::fp8_block, Precision::bf16})
+  {
+    // On by default only for the e2m1 gate/up with parts of >= 32 k-blocks (layer.cpp says why):
+    // H = 4096 at T=1 splits in two, H = 2048 does not.
+    for (int H : {4096, 2048}) {
+      const MoeConfig cfg = scaled(find_preset("deepseek-v3"), H, 256, 16, Precision::nvfp4);
+      const LayerCase c = make_case(cfg, 1, ReductionMode::fast);
+      const LayerData d = make_layer_data(c, 77);
+      const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+      const LayerRun run = run_layer(*g.layer, c, d);
+      EXPECT_EQ(run.plan.split, H == 4096 ? 2 : 1) << c.describe();
+      check_end_to_end(c, d, run, c.describe() + " default split");
+    }
+  }
+  detail::ScopedKnob<bool> on(&detail::Knobs::split_k, true);  // FMOE_SPLIT_K=1: wherever allowed
+  for (Precision p : {Precision::fp8_block, Precision::bf16, Precision::nvfp4})
     for (const char* name : {"deepseek-v3", "qwen3.5-35b-a3b", "gpt-oss-120b"}) {
       const MoeConfig cfg = scaled(find_preset(name), 2048, 256, 16, p);
       for (int T : {1, 2}) {
@@ -305,6 +318,10 @@ TEST(LayerGpu, SanitizerSmall) {
     // MXFP4: the same engine with UE8M0 scales re-laid per row.
     const MoeConfig mx = scaled(find_preset("gpt-oss-120b"), 2880, 128, 4, Precision::mxfp4);
     run_case(make_case(mx, 4, ReductionMode::fast), 1, false);
+    // Split K of the e2m1 gate/up at T=1 (parts of 8 k-blocks with the knob; both modes).
+    const MoeConfig split = scaled(find_preset("deepseek-v3"), 1024, 128, 16, Precision::nvfp4);
+    detail::ScopedKnob<bool> on(&detail::Knobs::split_k, true);
+    for (ReductionMode m : kModes) run_case(make_case(split, 1, m), 1, false);
   }
   for (Precision p : {Precision::fp8_block, Precision::bf16}) {
     const MoeConfig wide = scaled(find_preset("gpt-oss-120b"), 2880, 128, 4, p);
