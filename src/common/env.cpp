@@ -18,7 +18,8 @@ const KnobInfo kKnobTable[] = {
     {"FMOE_NO_PDL", "0 or 1", "turn programmatic dependent launch off (debugging, A/B timing)"},
     {"FMOE_FUSED_SCHEDULE", "0 or 1", "0: keep the schedule kernel at decode sizes (default 1)"},
     {"FMOE_PREFETCH_UNITS", "an integer in [0, 1024]", "L2 weight prefetch before the routing ends (measured useless, default 0)"},
-    {"FMOE_SPLIT_K", "0 or 1", "1: the layer's gate/up GEMM splits K at decode (measured slower end to end on H100; default 0)"},
+    {"FMOE_SPLIT_K", "0 or 1", "1: the layer's gate/up GEMM splits K at decode wherever a part keeps 2 k-blocks (default 0: only the 4-bit gate/up, parts of >= 32)"},
+    {"FMOE_GEMV_MAX_T", "an integer in [0, 8]", "the 4-bit layer runs both GEMMs as decode GEMVs up to this many tokens (0: never; default 4)"},
 };
 const int kNumKnobs = int(sizeof(kKnobTable) / sizeof(kKnobTable[0]));
 
@@ -69,6 +70,7 @@ Knobs read_knobs() {
   if (const char* v = env("FMOE_PREFETCH_UNITS"))
     k.prefetch_units = parse_knob_int("FMOE_PREFETCH_UNITS", v, 0, 1024);
   if (const char* v = env("FMOE_SPLIT_K")) k.split_k = parse_knob_bool("FMOE_SPLIT_K", v);
+  if (const char* v = env("FMOE_GEMV_MAX_T")) k.gemv_max_t = parse_knob_int("FMOE_GEMV_MAX_T", v, 0, 8);
   return k;
 }
 

@@ -179,9 +179,13 @@ __device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
 /// from its words (`block` + value_word_offset(t, 0), 16 bytes) and its quad's scales
 /// (`block` + kValueBytes + 8 * thread_quad(t), 8 bytes): a[step][p] = the wgmma register p,
 /// values * scales * 2^-26 in bf16 (exact).
+/// The same from the two loads already in registers (the decode GEMV loads blocks ahead of use).
+__device__ __forceinline__ void decode_words(uint4 words, uint2 scales, uint32_t (&a)[kSteps][4]);
 __device__ __forceinline__ void decode_fragments(const uint8_t* block, int t, uint32_t (&a)[kSteps][4]) {
-  const uint4 words = *reinterpret_cast<const uint4*>(block + value_word_offset(t, 0));
-  const uint2 scales = *reinterpret_cast<const uint2*>(block + kValueBytes + 8 * thread_quad(t));
+  decode_words(*reinterpret_cast<const uint4*>(block + value_word_offset(t, 0)),
+               *reinterpret_cast<const uint2*>(block + kValueBytes + 8 * thread_quad(t)), a);
+}
+__device__ __forceinline__ void decode_words(uint4 words, uint2 scales, uint32_t (&a)[kSteps][4]) {
   const uint32_t w4[kSteps] = {words.x, words.y, words.z, words.w};
 #pragma unroll
   for (int step = 0; step < kSteps; ++step) {

@@ -22,6 +22,23 @@ namespace fusedmoe::detail {
 template <class Cfg, GemmEpilogue kEpi = Cfg::kEpi>
 struct Epilogue;
 
+// silu(g) * u, or gpt-oss's clamped (u + 1) * g * sigmoid(alpha * g) with g <= limit and
+// |u| <= limit (the swiglu epilogue's, and the decode GEMV's, src/layer).
+template <bool kClamped>
+__device__ __forceinline__ float swiglu_activation(float g, float u, float alpha, float limit) {
+  if constexpr (kClamped) {
+    // Comparisons, not fminf: a NaN must stay NaN (as in the reference).
+    g = g > limit ? limit : g;
+    u = u > limit ? limit : (u < -limit ? -limit : u);
+    return (u + 1.0f) * __fdividef(g, 1.0f + __expf(-alpha * g));
+  }
+  // __fdividef, not '/': the IEEE division is a subroutine with a branch per call (ncu: the
+  // largest block of the swiglu epilogue); the difference is a few fp32 ulps, far below the
+  // intermediate's fp8/bf16 rounding. For g -> -inf the divisor overflows to inf and the
+  // quotient is -0, silu's limit.
+  return __fdividef(g, 1.0f + __expf(-g)) * u;
+}
+
 // combine: out[token, n] += w * (acc + bias[e, n]) by fp32 atomics (the bias once per tile: by
 // the segment that starts at k-block 0), or in deterministic mode out[route, n] = ... (whole
 // tiles, every element written once by one CTA in a fixed order). The column loop is compiled
@@ -217,17 +234,7 @@ struct Epilogue<Cfg, GemmEpilogue::swiglu> {
 
   template <bool kClamped>
   __device__ static float activation(const GroupedGemmParams& p, float g, float u) {
-    if constexpr (kClamped) {
-      // Comparisons, not fminf: a NaN must stay NaN (as in the reference).
-      g = g > p.act_limit ? p.act_limit : g;
-      u = u > p.act_limit ? p.act_limit : (u < -p.act_limit ? -p.act_limit : u);
-      return (u + 1.0f) * __fdividef(g, 1.0f + __expf(-p.act_alpha * g));
-    }
-    // __fdividef, not '/': the IEEE division is a subroutine with a branch per call (ncu: the
-    // largest block of the swiglu epilogue); the difference is a few fp32 ulps, far below the
-    // intermediate's fp8/bf16 rounding. For g -> -inf the divisor overflows to inf and the
-    // quotient is -0, silu's limit.
-    return __fdividef(g, 1.0f + __expf(-g)) * u;
+    return swiglu_activation<kClamped>(g, u, p.act_alpha, p.act_limit);
   }
 
   // Split K: stores this part's partial sums, and returns whether this part arrived last; then

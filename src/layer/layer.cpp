@@ -729,7 +729,10 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   // default where every part keeps >= 32 k-blocks (2048 K). FMOE_SPLIT_K=1 splits wherever a part
   // keeps 2 (for experiments; with fp8 gate_up gained at deepseek-v3 T=1, 108.4 -> 104.0 us, but
   // the layer lost, 176.2 -> 178.4, for a reason not found).
-  const int min_part_kb = knobs().split_k ? 2 : L.e2m1 ? 32 : 0;
+  // 4-bit weights at a few tokens: both GEMMs as decode GEMVs (decode_gemv.hpp says why).
+  plan.gemv = L.e2m1 && T <= std::min(knobs().gemv_max_t, kDecodeGemvMaxT);
+  if (plan.gemv) plan.fused_schedule = false;
+  const int min_part_kb = plan.gemv ? 0 : knobs().split_k ? 2 : L.e2m1 ? 32 : 0;
   if (min_part_kb > 0 && bt == kSplitBlockT && !static_tiles && split_possible(L) &&
       int64_t(L.NT1) * (std::min<int64_t>(L.E_total, R) + R / bt + 1) <= kSplitMaxTiles) {
     const double tiles = L.NT1 * (E * hit + L.C);
@@ -742,7 +745,8 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
                  kOp, T, E, L.C, k, L.C, H, L.I, precision_name(cfg.weight_precision),
                  reduction_mode_name(a.mode), gemm_config_info(plan.up_config).name, plan.split,
                  gemm_config_info(plan.down_config).name,
-                 plan.fused_schedule ? ", fused schedule" : "", plan.config_reason.c_str());
+                 plan.fused_schedule ? ", fused schedule" : plan.gemv ? ", as decode GEMVs" : "",
+                 plan.config_reason.c_str());
 
   // ---- stage 1: route + rows ----
   const int64_t KBh = cdiv(H, 128);
@@ -849,6 +853,49 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   g2.out = ws.acc;
   g2.bias = L.b2.get<float>();
 
+  // ---- or both as decode GEMVs: the same weights, routing, activations and outputs ----
+  if (plan.gemv) {
+    DecodeGemvParams& u = plan.gemv_up;
+    u.w_blocks = g1.w_blocks;
+    u.row_scale = g1.row_scale;
+    u.NB = L.NT1;
+    u.KB = g1.KB;
+    u.bias = g1.bias;
+    u.topk_ids = ws.topk_ids;
+    u.topk_weights = ws.topk_weights;
+    u.T = T;
+    u.k = L.k_total;
+    u.k_routed = L.k;
+    u.E = L.E_total;
+    u.weight_on_input = L.on_input;
+    u.status = ws.status;
+    u.a = g1.a;
+    u.lda = g1.lda;
+    u.shared_row_offset = g1.shared_row_offset;
+    u.K = H;
+    u.h = ws.h;
+    u.ldh = g1.ldh;
+    u.act_clamped = g1.act_clamped;
+    u.act_alpha = g1.act_alpha;
+    u.act_limit = g1.act_limit;
+    DecodeGemvParams& dn = plan.gemv_down;
+    dn = u;
+    dn.w_blocks = g2.w_blocks;
+    dn.row_scale = g2.row_scale;
+    dn.NB = L.NB2;
+    dn.KB = g2.KB;
+    dn.bias = g2.bias;
+    dn.status = nullptr;  // the up GEMV counted the dropped routes
+    dn.a = ws.h;
+    dn.lda = g1.ldh;
+    dn.shared_row_offset = 0;
+    dn.K = L.I_pad;
+    dn.h = nullptr;
+    dn.out = ws.acc;
+    dn.N = H;
+    dn.deterministic = det;
+  }
+
   // ---- finalize ----
   FinalizeParams& fp = plan.finalize;
   fp.deterministic = det;
@@ -856,7 +903,7 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   fp.N = H;
   fp.k = L.k_total;
   fp.acc = ws.acc;
-  fp.route_slot = plan.fused_schedule ? nullptr : ws.route_slot;
+  fp.route_slot = plan.fused_schedule || plan.gemv ? nullptr : ws.route_slot;  // rows by route
   fp.topk_ids = ws.topk_ids;
   fp.E = L.E_total;
   fp.y = static_cast<__nv_bfloat16*>(a.y.data);
@@ -880,10 +927,14 @@ void run_layer_stage(const LayerPlan& plan, LayerStage stage, cudaStream_t strea
   switch (stage) {
     case LayerStage::route_quant: return launch_route_quant(plan.route_quant, stream);
     case LayerStage::schedule:
-      if (plan.fused_schedule) return;  // the GEMMs build it
+      if (plan.fused_schedule || plan.gemv) return;  // the GEMMs build it, or the GEMVs need none
       return launch_schedule(plan.schedule, stream);
-    case LayerStage::gate_up: return launch_grouped_gemm(plan.up_config, plan.up, plan.num_sms, stream);
-    case LayerStage::down: return launch_grouped_gemm(plan.down_config, plan.down, plan.num_sms, stream);
+    case LayerStage::gate_up:
+      if (plan.gemv) return launch_decode_gemv_up(plan.gemv_up, stream);
+      return launch_grouped_gemm(plan.up_config, plan.up, plan.num_sms, stream);
+    case LayerStage::down:
+      if (plan.gemv) return launch_decode_gemv_down(plan.gemv_down, stream);
+      return launch_grouped_gemm(plan.down_config, plan.down, plan.num_sms, stream);
     case LayerStage::finalize: return launch_finalize(plan.finalize, stream);
   }
 }

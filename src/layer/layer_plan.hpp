@@ -20,6 +20,7 @@
 #include "finalize/finalize.hpp"
 #include "fusedmoe/layer.hpp"
 #include "gemm/grouped_gemm.hpp"
+#include "layer/decode_gemv.hpp"
 #include "route/route_quant.hpp"
 #include "schedule/schedule.hpp"
 
@@ -92,6 +93,10 @@ struct LayerPlan {
   RouteQuantParams route_quant{};
   ScheduleParams schedule{};
   GroupedGemmParams up{}, down{};
+  // 4-bit weights at T <= FMOE_GEMV_MAX_T: both GEMMs as the decode GEMVs (decode_gemv.hpp)
+  // instead of up/down, no schedule; h rows and deterministic rows indexed by route.
+  bool gemv = false;
+  DecodeGemvParams gemv_up{}, gemv_down{};
   FinalizeParams finalize{};
 };
 

@@ -172,8 +172,12 @@ inline LayerRun run_layer(const MoeLayer& layer, const LayerCase& c, const Layer
   run.h = copy(w.h, size_t(R) * L.I_pad * eb);
   if (L.fp8) run.h_scale = as(copy(w.h_scale, size_t(R) * (L.I_pad / 64) * 4), float{});
   std::vector<int32_t> slot;
-  if (!run.plan.fused_schedule) slot = as(copy(w.route_slot, size_t(R) * 4), int32_t{});
-  run.row = compact_rows(run.ids, T, L.k_total, L.E_total, run.plan.fused_schedule ? nullptr : &slot);
+  const bool no_slots = run.plan.fused_schedule || run.plan.gemv;  // no route_slot table
+  if (!no_slots) slot = as(copy(w.route_slot, size_t(R) * 4), int32_t{});
+  run.row = compact_rows(run.ids, T, L.k_total, L.E_total, no_slots ? nullptr : &slot);
+  if (run.plan.gemv)  // the decode GEMVs index h by route
+    for (int r = 0; r < R; ++r)
+      if (run.row[size_t(r)] >= 0) run.row[size_t(r)] = r;
   return run;
 }
 

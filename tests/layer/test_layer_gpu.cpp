@@ -250,6 +250,51 @@ TEST(LayerGpu, Nvfp4OddSizesSharedChunksAndLargeT) {
   run_case(make_case(oss, 500, ReductionMode::deterministic));
 }
 
+TEST(LayerGpu, DecodeGemvPathAndTheEngineAtTheSameT) {
+  // The 4-bit layer at T <= FMOE_GEMV_MAX_T runs both GEMMs as decode GEMVs (decode_gemv.hpp):
+  // every T the GEMVs take (1..8), and the same cases through the engine (knob 0). Shared experts
+  // (chunks), biases and gpt-oss's clamped SwiGLU, weight on input (Llama 4), odd H (K past a
+  // k-block), both modes.
+  FMOE_SKIP_WITHOUT_GPU();
+  MoeConfig chunks = scaled(find_preset("deepseek-v3"), 336, 128, 16, Precision::nvfp4);
+  chunks.shared_intermediate = 256;
+  chunks.validate();
+  const std::vector<MoeConfig> cfgs = {
+      chunks, scaled(find_preset("gpt-oss-120b"), 256, 128, 8, Precision::mxfp4),
+      scaled(find_preset("llama4-maverick"), 256, 128, 16, Precision::nvfp4),
+      scaled(find_preset("qwen3-30b-a3b"), 512, 96, 32, Precision::nvfp4)};
+  for (const MoeConfig& cfg : cfgs)
+    for (int max_t : {8, 0}) {
+      detail::ScopedKnob<int> knob(&detail::Knobs::gemv_max_t, max_t);
+      for (int T : {1, 2, 4, 8})
+        for (ReductionMode m : kModes) {
+          const LayerCase c = make_case(cfg, T, m);
+          const LayerData d = make_layer_data(c, 500 + T);
+          const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+          const LayerRun run = run_layer(*g.layer, c, d);
+          EXPECT_EQ(run.plan.gemv, max_t > 0) << c.describe();
+          const std::string ctx = c.describe() + (max_t > 0 ? " decode GEMVs" : " engine");
+          EXPECT_EQ(run.dropped, 0) << ctx;
+          check_gate_up(c, d, g.layer->impl(), run, ctx);
+          check_down(c, d, g.layer->impl(), run, ctx);
+          check_end_to_end(c, d, run, ctx);
+        }
+    }
+  // Caller ids with a repeat and an id out of range: the GEMVs drop and count them.
+  const MoeConfig given = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 16, Precision::nvfp4);
+  LayerCase c = make_case(given, 3, ReductionMode::deterministic, LayerRoute::given);
+  LayerData d = make_layer_data(c, 91);
+  const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+  std::vector<int32_t> ids = d.given.ids;
+  ids[1] = ids[0];
+  ids[3] = 1000;
+  const LayerRun run = run_layer(*g.layer, c, d, false, &ids);
+  EXPECT_TRUE(run.plan.gemv);
+  EXPECT_EQ(run.dropped, 2);
+  check_gate_up(c, d, g.layer->impl(), run, c.describe() + " repeats, decode GEMVs");
+  check_down(c, d, g.layer->impl(), run, c.describe() + " repeats, decode GEMVs");
+}
+
 TEST(LayerGpu, Mxfp4OddSizesAndScalesFarBelowTheRowMax) {
   // MXFP4 weights (gpt-oss's format, W4A16): K not a multiple of 64 (H = 352, I = 96: the
   // prepared blocks pad K), several token tiles per expert, gpt-oss's clamped SwiGLU + biases.
@@ -307,9 +352,11 @@ TEST(LayerGpu, SanitizerSmall) {
   // expert, with one and two weight waves; fp8 and bf16, both modes; T=4 runs the fused schedule.
   FMOE_SKIP_WITHOUT_GPU();
   {
-    // NVFP4: 45 k-blocks of GEMM 1 wrap the 16-stage ring; BLOCK_T=128 with two waves.
+    // NVFP4: 45 k-blocks of GEMM 1 wrap the 16-stage ring; BLOCK_T=128 with two waves. T=4 runs
+    // the decode GEMVs, T=6 the engine.
     const MoeConfig wide = scaled(find_preset("gpt-oss-120b"), 2880, 128, 4, Precision::nvfp4);
-    for (ReductionMode m : kModes) run_case(make_case(wide, 4, m), 1, false);
+    for (int T : {4, 6})
+      for (ReductionMode m : kModes) run_case(make_case(wide, T, m), 1, false);
     for (const char* name : {"up_e2m1_bt128_w2_s6", "down_e2m1_bt128_s8"}) {
       detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, name);
       const MoeConfig qwen = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 8, Precision::nvfp4);

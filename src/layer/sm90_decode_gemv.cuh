@@ -1,0 +1,198 @@
+// The 4-bit layer's decode path (contract: decode_gemv.hpp): both GEMMs as GEMVs over the prepared
+// e2m1 blocks, for T <= kDecodeGemvMaxT tokens.
+//
+// Why. At decode the grouped GEMM's fixed costs dominate: a persistent CTA per SM fills a ring of
+// 4.5 KB stages through one producer warp, and each CTA's first tile waits for the whole fill
+// (ncu, docs/performance.md); two consumer warpgroups decode for one wgmma issue stream. Here every
+// warp streams its own 16 rows with plain 16-byte loads, many warps per SM keep the bytes in
+// flight (the NVFP4 GEMV reaches 76-83% of copy bandwidth this way), and mma.sync multiplies the
+// decoded fragments (the same registers as wgmma's A) by up to 8 columns.
+//
+// Per warp and k-block: one 16-byte load of its words and one 8-byte load of its quad's scales
+// (issued kAhead k-blocks ahead, kept in registers), the decode of e2m1_layout.hpp, the B
+// fragments of the 8 columns (4-byte loads of the activation rows, L1/L2 hits: a handful of rows
+// every warp of the layer reads), four mma.sync.m16n8k16.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "common/cuda_check.hpp"
+#include "common/launch.hpp"
+#include "common/ptx/sm90_ptx.cuh"
+#include "common/status.hpp"
+#include "gemm/e2m1_layout.hpp"
+#include "gemm/sm90_gemm_epilogue.cuh"
+#include "layer/decode_gemv.hpp"
+#include "schedule/sm90_route_drop.cuh"
+
+namespace fusedmoe::detail {
+
+namespace decode_gemv {
+
+constexpr int kWarps = 4;    // a CTA: 64 rows, half of a prepared 128-row tile
+constexpr int kThreads = 32 * kWarps;
+constexpr int kAhead = 8;    // k-blocks whose loads are in flight per warp (8 x 24 bytes per lane)
+constexpr int kCols = 8;     // mma.sync's N
+
+// Weights are read once: no L1 allocation.
+__device__ __forceinline__ uint4 ld_weights_v4(const uint8_t* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint2 ld_weights_v2(const uint8_t* p) {
+  uint2 v;
+  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                               uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The CTA's expert and columns (warp 0): `route` must be the first kept route of its expert.
+struct Columns {
+  int e;        // < 0: this CTA has no work
+  int n;        // columns (kept routes of e, ascending)
+  int route[kCols];
+};
+
+__device__ void find_columns(const DecodeGemvParams& p, int route, Columns& c, bool count_drop) {
+  const int lane = threadIdx.x % 32;
+  const int R = p.T * p.k;
+  if (lane == 0) c.e = -1;
+  if (route_dropped(p.topk_ids, route, p.k, p.E)) {
+    if (count_drop && lane == 0 && p.status) atomicAdd(p.status + kStatusDropped, 1);
+    return;
+  }
+  const int e = p.topk_ids[route];
+  // An earlier kept route of the same expert runs it.
+  bool earlier = false;
+  for (int r = lane; r < route; r += 32)
+    earlier |= p.topk_ids[r] == e && !route_dropped(p.topk_ids, r, p.k, p.E);
+  if (__any_sync(0xffffffffu, earlier)) return;
+  int n = 0;
+  for (int r0 = route; r0 < R; r0 += 32) {
+    const int r = r0 + lane;
+    const bool match = r < R && p.topk_ids[r] == e && !route_dropped(p.topk_ids, r, p.k, p.E);
+    const uint32_t ballot = __ballot_sync(0xffffffffu, match);
+    const int at = n + __popc(ballot & ((1u << lane) - 1u));
+    if (match && at < kCols) c.route[at] = r;  // at most one route per token: n <= T <= 8
+    n += __popc(ballot);
+  }
+  if (lane == 0) {
+    c.n = n < kCols ? n : kCols;
+    c.e = e;
+  }
+}
+
+}  // namespace decode_gemv
+
+template <bool kUp>
+__global__ void __launch_bounds__(decode_gemv::kThreads)
+decode_gemv_kernel(const DecodeGemvParams p) {
+  using namespace decode_gemv;
+  __shared__ Columns cols;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int tile = blockIdx.x / 2, half = blockIdx.x % 2;
+  // The routing (up) or the intermediate (down) comes from the previous kernels.
+  cudaGridDependencySynchronize();
+  if (warp == 0) find_columns(p, blockIdx.y, cols, kUp && blockIdx.x == 0);
+  __syncthreads();
+  cudaTriggerProgrammaticLaunchCompletion();
+  const int e = cols.e, ncols = cols.n;
+  if (e < 0) return;
+
+  // B: this lane's column g = lane / 4 (zero past the CTA's columns), K pairs 2q.. of each k16.
+  const int g = lane / 4, q = lane % 4;
+  const uint8_t* brow = nullptr;
+  if (g < ncols) {
+    const int r = cols.route[g];
+    int64_t row = r;
+    if constexpr (kUp) row = r / p.k + (r % p.k >= p.k_routed ? p.shared_row_offset : 0);
+    brow = p.a + row * p.lda;
+  }
+  // A: this warp's 16 rows are warp 4 * half + warp of the block's 8 (thread t of its 256).
+  const int t = 128 * half + 32 * warp + lane;
+  const uint8_t* blocks = p.w_blocks + (int64_t(e) * p.NB + tile) * p.KB * e2m1::kBlockBytes;
+  const uint8_t* my_words = blocks + e2m1::value_word_offset(t, 0);
+  const uint8_t* my_scales = blocks + e2m1::kValueBytes + 8 * e2m1::thread_quad(t);
+
+  uint4 words[kAhead];
+  uint2 scales[kAhead];
+#pragma unroll
+  for (int i = 0; i < kAhead; ++i)
+    if (i < p.KB) {
+      words[i] = ld_weights_v4(my_words + int64_t(i) * e2m1::kBlockBytes);
+      scales[i] = ld_weights_v2(my_scales + int64_t(i) * e2m1::kBlockBytes);
+    }
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int kb0 = 0; kb0 < p.KB; kb0 += kAhead) {
+#pragma unroll
+    for (int i = 0; i < kAhead; ++i) {
+      const int kb = kb0 + i;
+      if (kb >= p.KB) break;
+      uint32_t a[e2m1::kSteps][4];
+      e2m1::decode_words(words[i], scales[i], a);
+      if (kb + kAhead < p.KB) {  // refill the slot just decoded
+        words[i] = ld_weights_v4(my_words + int64_t(kb + kAhead) * e2m1::kBlockBytes);
+        scales[i] = ld_weights_v2(my_scales + int64_t(kb + kAhead) * e2m1::kBlockBytes);
+      }
+#pragma unroll
+      for (int step = 0; step < e2m1::kSteps; ++step) {
+        const int k0 = kb * e2m1::kBlockK + 16 * step + 2 * q;  // K % 16 == 0: pairs never straddle
+        uint32_t b0 = 0, b1 = 0;
+        if (brow) {
+          if (k0 < p.K) b0 = *reinterpret_cast<const uint32_t*>(brow + 2 * int64_t(k0));
+          if (k0 + 8 < p.K) b1 = *reinterpret_cast<const uint32_t*>(brow + 2 * int64_t(k0 + 8));
+        }
+        mma_bf16_16816(acc, a[step], b0, b1);
+      }
+    }
+  }
+
+  // acc: (row g, column 2q), (g, 2q + 1), (g + 8, 2q), (g + 8, 2q + 1) of the warp's 16 rows.
+  const int group = 4 * half + warp;                 // the 16-row group of the 128-row tile
+  const int prow = tile * 128 + 16 * group + g;      // prepared row (rows prow, prow + 8)
+  const int64_t rbase = int64_t(e) * p.NB * 128;
+  const float f0 = p.row_scale[rbase + prow], f1 = p.row_scale[rbase + prow + 8];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int c = 2 * q + j;
+    if (c >= ncols) continue;
+    const int r = cols.route[c];
+    if constexpr (kUp) {
+      // Gate/up 8-row pairs: row g is the gate and row g + 8 the up of intermediate 8 group + g.
+      const float bg = p.bias ? p.bias[rbase + prow] : 0.0f, bu = p.bias ? p.bias[rbase + prow + 8] : 0.0f;
+      const float gate = acc[j] * f0 + bg, up = acc[2 + j] * f1 + bu;
+      const float v = p.act_clamped ? swiglu_activation<true>(gate, up, p.act_alpha, p.act_limit)
+                                    : swiglu_activation<false>(gate, up, p.act_alpha, p.act_limit);
+      const int i = 64 * tile + 8 * group + g;
+      *reinterpret_cast<__nv_bfloat16*>(p.h + int64_t(r) * p.ldh + 2 * int64_t(i)) = __float2bfloat16_rn(v);
+    } else {
+      // Paired rows: rows g and g + 8 are the adjacent outputs n, n + 1 (grouped_gemm.hpp).
+      const int n = tile * 128 + 16 * group + 2 * g;
+      if (n >= p.N) continue;
+      const float w = p.weight_on_input && r % p.k < p.k_routed ? 1.0f : p.topk_weights[r];
+      const float* b = p.bias ? p.bias + int64_t(e) * p.N + n : nullptr;
+      const float va = (acc[j] * f0 + (b ? b[0] : 0.0f)) * w, vb = (acc[2 + j] * f1 + (b ? b[1] : 0.0f)) * w;
+      if (p.deterministic) *reinterpret_cast<float2*>(p.out + int64_t(r) * p.N + n) = make_float2(va, vb);
+      else ptx::red_add_v2(p.out + int64_t(r / p.k) * p.N + n, va, vb);
+    }
+  }
+}
+
+inline void launch_decode_gemv_impl(bool up, const DecodeGemvParams& p, cudaStream_t stream) {
+  const dim3 grid(2 * p.NB, p.T * p.k);
+  if (up) launch_pdl(decode_gemv_kernel<true>, grid, dim3(decode_gemv::kThreads), 0, stream, p);
+  else launch_pdl(decode_gemv_kernel<false>, grid, dim3(decode_gemv::kThreads), 0, stream, p);
+  FMOE_CHECK_LAUNCH(up ? "decode_gemv_kernel<up>" : "decode_gemv_kernel<down>", stream);
+}
+
+}  // namespace fusedmoe::detail
