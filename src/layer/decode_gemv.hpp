@@ -54,7 +54,7 @@ struct DecodeGemvParams {
   int deterministic;
 };
 
-void launch_decode_gemv_up(const DecodeGemvParams& p, cudaStream_t stream);
-void launch_decode_gemv_down(const DecodeGemvParams& p, cudaStream_t stream);
+void launch_decode_gemv_up(const DecodeGemvParams& p, int num_sms, cudaStream_t stream);
+void launch_decode_gemv_down(const DecodeGemvParams& p, int num_sms, cudaStream_t stream);
 
 }  // namespace fusedmoe::detail

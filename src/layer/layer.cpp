@@ -930,10 +930,10 @@ void run_layer_stage(const LayerPlan& plan, LayerStage stage, cudaStream_t strea
       if (plan.fused_schedule || plan.gemv) return;  // the GEMMs build it, or the GEMVs need none
       return launch_schedule(plan.schedule, stream);
     case LayerStage::gate_up:
-      if (plan.gemv) return launch_decode_gemv_up(plan.gemv_up, stream);
+      if (plan.gemv) return launch_decode_gemv_up(plan.gemv_up, plan.num_sms, stream);
       return launch_grouped_gemm(plan.up_config, plan.up, plan.num_sms, stream);
     case LayerStage::down:
-      if (plan.gemv) return launch_decode_gemv_down(plan.gemv_down, stream);
+      if (plan.gemv) return launch_decode_gemv_down(plan.gemv_down, plan.num_sms, stream);
       return launch_grouped_gemm(plan.down_config, plan.down, plan.num_sms, stream);
     case LayerStage::finalize: return launch_finalize(plan.finalize, stream);
   }

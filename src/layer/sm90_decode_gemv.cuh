@@ -17,6 +17,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "common/cuda_check.hpp"
 #include "common/launch.hpp"
 #include "common/ptx/sm90_ptx.cuh"
@@ -32,7 +34,6 @@ namespace decode_gemv {
 
 constexpr int kWarps = 4;    // a CTA: 64 rows, half of a prepared 128-row tile
 constexpr int kThreads = 32 * kWarps;
-constexpr int kAhead = 8;    // k-blocks whose loads are in flight per warp (8 x 24 bytes per lane)
 constexpr int kCols = 8;     // mma.sync's N
 
 // Weights are read once: no L1 allocation.
@@ -94,8 +95,11 @@ __device__ void find_columns(const DecodeGemvParams& p, int route, Columns& c, b
 
 }  // namespace decode_gemv
 
-template <bool kUp>
-__global__ void __launch_bounds__(decode_gemv::kThreads)
+// kAhead: k-blocks in flight per warp (the ring holds each one's words, scales and B fragments).
+// kMinCtas: CTAs an SM must hold (the register cap): 5 x 4 warps so that deepseek-v3's 576 up
+// CTAs at T=1 run in one round on 132 SMs; where the grid is small, a deeper ring instead.
+template <bool kUp, int kAhead, int kMinCtas>
+__global__ void __launch_bounds__(decode_gemv::kThreads, kMinCtas)
 decode_gemv_kernel(const DecodeGemvParams p) {
   using namespace decode_gemv;
   __shared__ Columns cols;
@@ -110,10 +114,14 @@ decode_gemv_kernel(const DecodeGemvParams p) {
   if (e < 0) return;
 
   // B: this lane's column g = lane / 4 (zero past the CTA's columns), K pairs 2q.. of each k16.
+  // Loaded without branches (a column past the CTA's reads column 0's row, a K pair past K reads
+  // pair 0, and a select zeroes them), so the loads can go into the ring with the weights: a
+  // load issued right before its mma.sync left each k-block waiting on four L1/L2 round trips.
   const int g = lane / 4, q = lane % 4;
-  const uint8_t* brow = nullptr;
-  if (g < ncols) {
-    const int r = cols.route[g];
+  const bool col_ok = g < ncols;
+  const uint8_t* brow;
+  {
+    const int r = cols.route[col_ok ? g : 0];
     int64_t row = r;
     if constexpr (kUp) row = r / p.k + (r % p.k >= p.k_routed ? p.shared_row_offset : 0);
     brow = p.a + row * p.lda;
@@ -124,38 +132,49 @@ decode_gemv_kernel(const DecodeGemvParams p) {
   const uint8_t* my_words = blocks + e2m1::value_word_offset(t, 0);
   const uint8_t* my_scales = blocks + e2m1::kValueBytes + 8 * e2m1::thread_quad(t);
 
-  uint4 words[kAhead];
-  uint2 scales[kAhead];
+  struct Slot {
+    uint4 words;
+    uint2 scales;
+    uint32_t b[e2m1::kSteps][2];
+  };
+  auto load = [&](Slot& s, int kb) {
+    s.words = ld_weights_v4(my_words + int64_t(kb) * e2m1::kBlockBytes);
+    s.scales = ld_weights_v2(my_scales + int64_t(kb) * e2m1::kBlockBytes);
+#pragma unroll
+    for (int step = 0; step < e2m1::kSteps; ++step)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int k0 = kb * e2m1::kBlockK + 16 * step + 8 * h + 2 * q;  // K % 16 == 0: no straddle
+        s.b[step][h] = *reinterpret_cast<const uint32_t*>(brow + 2 * int64_t(k0 < p.K ? k0 : 2 * q));
+      }
+  };
+  Slot ring[kAhead];
 #pragma unroll
   for (int i = 0; i < kAhead; ++i)
-    if (i < p.KB) {
-      words[i] = ld_weights_v4(my_words + int64_t(i) * e2m1::kBlockBytes);
-      scales[i] = ld_weights_v2(my_scales + int64_t(i) * e2m1::kBlockBytes);
-    }
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (i < p.KB) load(ring[i], i);
+  float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};  // even / odd k16 steps
   for (int kb0 = 0; kb0 < p.KB; kb0 += kAhead) {
 #pragma unroll
     for (int i = 0; i < kAhead; ++i) {
       const int kb = kb0 + i;
       if (kb >= p.KB) break;
       uint32_t a[e2m1::kSteps][4];
-      e2m1::decode_words(words[i], scales[i], a);
-      if (kb + kAhead < p.KB) {  // refill the slot just decoded
-        words[i] = ld_weights_v4(my_words + int64_t(kb + kAhead) * e2m1::kBlockBytes);
-        scales[i] = ld_weights_v2(my_scales + int64_t(kb + kAhead) * e2m1::kBlockBytes);
-      }
+      e2m1::decode_words(ring[i].words, ring[i].scales, a);
+      uint32_t b[e2m1::kSteps][2];
 #pragma unroll
-      for (int step = 0; step < e2m1::kSteps; ++step) {
-        const int k0 = kb * e2m1::kBlockK + 16 * step + 2 * q;  // K % 16 == 0: pairs never straddle
-        uint32_t b0 = 0, b1 = 0;
-        if (brow) {
-          if (k0 < p.K) b0 = *reinterpret_cast<const uint32_t*>(brow + 2 * int64_t(k0));
-          if (k0 + 8 < p.K) b1 = *reinterpret_cast<const uint32_t*>(brow + 2 * int64_t(k0 + 8));
+      for (int step = 0; step < e2m1::kSteps; ++step)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int k0 = kb * e2m1::kBlockK + 16 * step + 8 * h + 2 * q;
+          b[step][h] = col_ok && k0 < p.K ? ring[i].b[step][h] : 0u;
         }
-        mma_bf16_16816(acc, a[step], b0, b1);
-      }
+      if (kb + kAhead < p.KB) load(ring[i], kb + kAhead);  // refill the slot just taken
+#pragma unroll
+      for (int step = 0; step < e2m1::kSteps; ++step) mma_bf16_16816(acc[step % 2], a[step], b[step][0], b[step][1]);
     }
   }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) acc[0][j] += acc[1][j];
 
   // acc: (row g, column 2q), (g, 2q + 1), (g + 8, 2q), (g + 8, 2q + 1) of the warp's 16 rows.
   const int group = 4 * half + warp;                 // the 16-row group of the 128-row tile
@@ -170,7 +189,7 @@ decode_gemv_kernel(const DecodeGemvParams p) {
     if constexpr (kUp) {
       // Gate/up 8-row pairs: row g is the gate and row g + 8 the up of intermediate 8 group + g.
       const float bg = p.bias ? p.bias[rbase + prow] : 0.0f, bu = p.bias ? p.bias[rbase + prow + 8] : 0.0f;
-      const float gate = acc[j] * f0 + bg, up = acc[2 + j] * f1 + bu;
+      const float gate = acc[0][j] * f0 + bg, up = acc[0][2 + j] * f1 + bu;
       const float v = p.act_clamped ? swiglu_activation<true>(gate, up, p.act_alpha, p.act_limit)
                                     : swiglu_activation<false>(gate, up, p.act_alpha, p.act_limit);
       const int i = 64 * tile + 8 * group + g;
@@ -181,17 +200,26 @@ decode_gemv_kernel(const DecodeGemvParams p) {
       if (n >= p.N) continue;
       const float w = p.weight_on_input && r % p.k < p.k_routed ? 1.0f : p.topk_weights[r];
       const float* b = p.bias ? p.bias + int64_t(e) * p.N + n : nullptr;
-      const float va = (acc[j] * f0 + (b ? b[0] : 0.0f)) * w, vb = (acc[2 + j] * f1 + (b ? b[1] : 0.0f)) * w;
+      const float va = (acc[0][j] * f0 + (b ? b[0] : 0.0f)) * w, vb = (acc[0][2 + j] * f1 + (b ? b[1] : 0.0f)) * w;
       if (p.deterministic) *reinterpret_cast<float2*>(p.out + int64_t(r) * p.N + n) = make_float2(va, vb);
       else ptx::red_add_v2(p.out + int64_t(r / p.k) * p.N + n, va, vb);
     }
   }
 }
 
-inline void launch_decode_gemv_impl(bool up, const DecodeGemvParams& p, cudaStream_t stream) {
-  const dim3 grid(2 * p.NB, p.T * p.k);
-  if (up) launch_pdl(decode_gemv_kernel<true>, grid, dim3(decode_gemv::kThreads), 0, stream, p);
-  else launch_pdl(decode_gemv_kernel<false>, grid, dim3(decode_gemv::kThreads), 0, stream, p);
+inline void launch_decode_gemv_impl(bool up, const DecodeGemvParams& p, int num_sms, cudaStream_t stream) {
+  const dim3 grid(2 * p.NB, p.T * p.k), block(decode_gemv::kThreads);
+  // Up to T * k CTAs per half tile are launched; about one per hit expert runs. Many: hold five
+  // CTAs an SM with a 3-deep ring (4 spilled at their 96 registers); few (under two per SM): an 8-deep ring instead.
+  const int64_t running = int64_t(grid.x) * std::min(p.T * p.k, p.E);
+  const bool many = running > 2 * int64_t(num_sms);
+  if (up) {
+    if (many) launch_pdl(decode_gemv_kernel<true, 3, 5>, grid, block, 0, stream, p);
+    else launch_pdl(decode_gemv_kernel<true, 8, 2>, grid, block, 0, stream, p);
+  } else {
+    if (many) launch_pdl(decode_gemv_kernel<false, 3, 5>, grid, block, 0, stream, p);
+    else launch_pdl(decode_gemv_kernel<false, 8, 2>, grid, block, 0, stream, p);
+  }
   FMOE_CHECK_LAUNCH(up ? "decode_gemv_kernel<up>" : "decode_gemv_kernel<down>", stream);
 }
 
