@@ -89,13 +89,13 @@ TEST(LayerGpu, FullSizePresetsAtDecode) {
 
 TEST(LayerGpu, SplitKOfGateUpAtDecode) {
   // Few tiles (T <= 2): GEMM 1 splits K and the last part runs the epilogue; the oracles must
-  // still hold, and the plan must really have split. (The 4-bit decode GEMVs, which take T <= 4
-  // by default, are off here: they need no split.)
+  // still hold, and the plan must really have split. (The 4-bit decode GEMVs, which take T <= 2
+  // at H <= 2048 by default, are off here: they need no split.)
   FMOE_SKIP_WITHOUT_GPU();
   detail::ScopedKnob<int> engine(&detail::Knobs::gemv_max_t, 0);
   {
     // On by default only for the e2m1 gate/up with parts of >= 32 k-blocks (layer.cpp says why):
-    // H = 4096 at T=1 splits in two, H = 2048 does not.
+    // H = 4096 at T=1 splits in two, H = 2048 does not (it runs the decode GEMVs by default).
     for (int H : {4096, 2048}) {
       const MoeConfig cfg = scaled(find_preset("deepseek-v3"), H, 256, 16, Precision::nvfp4);
       const LayerCase c = make_case(cfg, 1, ReductionMode::fast);
@@ -354,11 +354,13 @@ TEST(LayerGpu, SanitizerSmall) {
   // expert, with one and two weight waves; fp8 and bf16, both modes; T=4 runs the fused schedule.
   FMOE_SKIP_WITHOUT_GPU();
   {
-    // NVFP4: 45 k-blocks of GEMM 1 wrap the 16-stage ring; BLOCK_T=128 with two waves. T=4 runs
-    // the decode GEMVs, T=6 the engine.
+    // NVFP4: 45 k-blocks of GEMM 1 wrap the 16-stage ring; BLOCK_T=128 with two waves. T=4 through
+    // the decode GEMVs and through the engine.
     const MoeConfig wide = scaled(find_preset("gpt-oss-120b"), 2880, 128, 4, Precision::nvfp4);
-    for (int T : {4, 6})
-      for (ReductionMode m : kModes) run_case(make_case(wide, T, m), 1, false);
+    for (int max_t : {8, 0}) {
+      detail::ScopedKnob<int> gemv(&detail::Knobs::gemv_max_t, max_t);
+      for (ReductionMode m : kModes) run_case(make_case(wide, 4, m), 1, false);
+    }
     for (const char* name : {"up_e2m1_bt128_w2_s6", "down_e2m1_bt128_s8"}) {
       detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, name);
       const MoeConfig qwen = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 8, Precision::nvfp4);
