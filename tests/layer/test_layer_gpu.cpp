@@ -282,7 +282,9 @@ TEST(LayerGpu, DecodeGemvPathAndTheEngineAtTheSameT) {
           check_end_to_end(c, d, run, ctx);
         }
     }
-  // Caller ids with a repeat and an id out of range: the GEMVs drop and count them.
+  // Caller ids with a repeat and an id out of range: the GEMVs drop and count them (T=3: past the
+  // default rule's T <= 2, so the knob keeps the GEMVs on).
+  detail::ScopedKnob<int> gemv(&detail::Knobs::gemv_max_t, 8);
   const MoeConfig given = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 16, Precision::nvfp4);
   LayerCase c = make_case(given, 3, ReductionMode::deterministic, LayerRoute::given);
   LayerData d = make_layer_data(c, 91);
