@@ -95,14 +95,24 @@ __device__ void find_columns(const DecodeGemvParams& p, int route, Columns& c, b
 
 }  // namespace decode_gemv
 
-// kAhead: k-blocks in flight per warp (the ring holds each one's words, scales and B fragments).
+// B, the columns' activation rows, goes through shared memory in mma.sync fragment order, a chunk of
+// kAhead k-blocks at a time (double-buffered): the CTA's four warps share it, each lane reads its
+// eight B registers of a k-block with two conflict-free 16-byte loads. (Each lane loading its own
+// eight 4-byte words from global memory, with their addresses and masks, made the GEMVs
+// issue-bound: ncu at deepseek-v3 T=1, issue slots 52%, DRAM 37%, docs/performance.md.)
+// Layout of one k-block: [half p][lane][4 words], word (step % 2) * 2 + h of half step / 2 = the
+// bf16 pair at k = 16 step + 8 h + 2 (lane % 4) of column lane / 4.
+// kAhead: k-blocks of weights in flight per warp (a register ring of words and scales).
 // kMinCtas: CTAs an SM must hold (the register cap): 5 x 4 warps so that deepseek-v3's 576 up
 // CTAs at T=1 run in one round on 132 SMs; where the grid is small, a deeper ring instead.
 template <bool kUp, int kAhead, int kMinCtas>
 __global__ void __launch_bounds__(decode_gemv::kThreads, kMinCtas)
 decode_gemv_kernel(const DecodeGemvParams p) {
   using namespace decode_gemv;
+  constexpr int kChunk = kAhead;  // k-blocks of B per shared-memory buffer (the ring's slot of a
+                                  // k-block is then a compile-time index)
   __shared__ Columns cols;
+  __shared__ alignas(16) uint32_t sb[2][kChunk][2][32][4];  // 2 KB per k-block
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int tile = blockIdx.x / 2, half = blockIdx.x % 2;
   // The routing (up) or the intermediate (down) comes from the previous kernels.
@@ -113,69 +123,79 @@ decode_gemv_kernel(const DecodeGemvParams p) {
   const int e = cols.e, ncols = cols.n;
   if (e < 0) return;
 
-  // B: this lane's column g = lane / 4 (zero past the CTA's columns), K pairs 2q.. of each k16.
-  // Loaded without branches (a column past the CTA's reads column 0's row, a K pair past K reads
-  // pair 0, and a select zeroes them), so the loads can go into the ring with the weights: a
-  // load issued right before its mma.sync left each k-block waiting on four L1/L2 round trips.
-  const int g = lane / 4, q = lane % 4;
-  const bool col_ok = g < ncols;
-  const uint8_t* brow;
+  // The fill: thread f of 128 packs, for each k-block, lane f / 4's two words of step f % 4
+  // (column (f / 4) / 4 = f / 16, pair offset 2 ((f / 4) % 4)); zero past the columns and past K.
+  const int f = threadIdx.x;
+  const int fg = f / 16, fq = (f / 4) % 4, fs = f % 4, flane = f / 4;
+  const bool f_col = fg < ncols;
+  const uint8_t* frow;
   {
-    const int r = cols.route[col_ok ? g : 0];
+    const int r = cols.route[f_col ? fg : 0];
     int64_t row = r;
     if constexpr (kUp) row = r / p.k + (r % p.k >= p.k_routed ? p.shared_row_offset : 0);
-    brow = p.a + row * p.lda;
+    frow = p.a + row * p.lda;
   }
+  uint2 fill[kChunk];
+  auto fetch = [&](int chunk) {
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) {
+      const int k0 = (chunk * kChunk + i) * e2m1::kBlockK + 16 * fs + 2 * fq;  // h = 0; h = 1 at + 8
+      const bool ok0 = f_col && k0 < p.K, ok1 = f_col && k0 + 8 < p.K;
+      fill[i].x = ok0 ? *reinterpret_cast<const uint32_t*>(frow + 2 * int64_t(k0)) : 0u;
+      fill[i].y = ok1 ? *reinterpret_cast<const uint32_t*>(frow + 2 * int64_t(k0 + 8)) : 0u;
+    }
+  };
+  auto store = [&](int buf) {
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i)
+      *reinterpret_cast<uint2*>(&sb[buf][i][fs / 2][flane][(fs % 2) * 2]) = fill[i];
+  };
+
   // A: this warp's 16 rows are warp 4 * half + warp of the block's 8 (thread t of its 256).
   const int t = 128 * half + 32 * warp + lane;
   const uint8_t* blocks = p.w_blocks + (int64_t(e) * p.NB + tile) * p.KB * e2m1::kBlockBytes;
   const uint8_t* my_words = blocks + e2m1::value_word_offset(t, 0);
   const uint8_t* my_scales = blocks + e2m1::kValueBytes + 8 * e2m1::thread_quad(t);
-
-  struct Slot {
-    uint4 words;
-    uint2 scales;
-    uint32_t b[e2m1::kSteps][2];
+  uint4 words[kAhead];
+  uint2 scales[kAhead];
+  auto load = [&](int slot, int kb) {
+    words[slot] = ld_weights_v4(my_words + int64_t(kb) * e2m1::kBlockBytes);
+    scales[slot] = ld_weights_v2(my_scales + int64_t(kb) * e2m1::kBlockBytes);
   };
-  auto load = [&](Slot& s, int kb) {
-    s.words = ld_weights_v4(my_words + int64_t(kb) * e2m1::kBlockBytes);
-    s.scales = ld_weights_v2(my_scales + int64_t(kb) * e2m1::kBlockBytes);
-#pragma unroll
-    for (int step = 0; step < e2m1::kSteps; ++step)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int k0 = kb * e2m1::kBlockK + 16 * step + 8 * h + 2 * q;  // K % 16 == 0: no straddle
-        s.b[step][h] = *reinterpret_cast<const uint32_t*>(brow + 2 * int64_t(k0 < p.K ? k0 : 2 * q));
-      }
-  };
-  Slot ring[kAhead];
 #pragma unroll
   for (int i = 0; i < kAhead; ++i)
-    if (i < p.KB) load(ring[i], i);
+    if (i < p.KB) load(i, i);
+  fetch(0);
+  store(0);
+  __syncthreads();
+
   float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};  // even / odd k16 steps
-  for (int kb0 = 0; kb0 < p.KB; kb0 += kAhead) {
+  const int chunks = (p.KB + kChunk - 1) / kChunk;
+  for (int c = 0; c < chunks; ++c) {
+    const int buf = c % 2;
+    if (c + 1 < chunks) fetch(c + 1);  // in flight while this chunk computes
 #pragma unroll
-    for (int i = 0; i < kAhead; ++i) {
-      const int kb = kb0 + i;
+    for (int i = 0; i < kChunk; ++i) {
+      const int kb = c * kChunk + i;
       if (kb >= p.KB) break;
+      const int slot = i % kAhead;
       uint32_t a[e2m1::kSteps][4];
-      e2m1::decode_words(ring[i].words, ring[i].scales, a);
-      uint32_t b[e2m1::kSteps][2];
-#pragma unroll
-      for (int step = 0; step < e2m1::kSteps; ++step)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int k0 = kb * e2m1::kBlockK + 16 * step + 8 * h + 2 * q;
-          b[step][h] = col_ok && k0 < p.K ? ring[i].b[step][h] : 0u;
-        }
-      if (kb + kAhead < p.KB) load(ring[i], kb + kAhead);  // refill the slot just taken
-#pragma unroll
-      for (int step = 0; step < e2m1::kSteps; ++step) mma_bf16_16816(acc[step % 2], a[step], b[step][0], b[step][1]);
+      e2m1::decode_words(words[slot], scales[slot], a);
+      if (kb + kAhead < p.KB) load(slot, kb + kAhead);  // refill the slot just taken
+      const uint4 b01 = *reinterpret_cast<const uint4*>(&sb[buf][i][0][lane][0]);
+      const uint4 b23 = *reinterpret_cast<const uint4*>(&sb[buf][i][1][lane][0]);
+      mma_bf16_16816(acc[0], a[0], b01.x, b01.y);
+      mma_bf16_16816(acc[1], a[1], b01.z, b01.w);
+      mma_bf16_16816(acc[0], a[2], b23.x, b23.y);
+      mma_bf16_16816(acc[1], a[3], b23.z, b23.w);
     }
+    if (c + 1 < chunks) store(1 - buf);
+    __syncthreads();  // the next buffer is written; this one is read by every warp
   }
 #pragma unroll
   for (int j = 0; j < 4; ++j) acc[0][j] += acc[1][j];
 
+  const int g = lane / 4, q = lane % 4;
   // acc: (row g, column 2q), (g, 2q + 1), (g + 8, 2q), (g + 8, 2q + 1) of the warp's 16 rows.
   const int group = 4 * half + warp;                 // the 16-row group of the 128-row tile
   const int prow = tile * 128 + 16 * group + g;      // prepared row (rows prow, prow + 8)
@@ -210,14 +230,14 @@ decode_gemv_kernel(const DecodeGemvParams p) {
 inline void launch_decode_gemv_impl(bool up, const DecodeGemvParams& p, int num_sms, cudaStream_t stream) {
   const dim3 grid(2 * p.NB, p.T * p.k), block(decode_gemv::kThreads);
   // Up to T * k CTAs per half tile are launched; about one per hit expert runs. Many: hold five
-  // CTAs an SM with a 3-deep ring (4 spilled at their 96 registers); few (under two per SM): an 8-deep ring instead.
+  // CTAs an SM with a 4-deep weight ring; few (under two per SM): an 8-deep ring instead.
   const int64_t running = int64_t(grid.x) * std::min(p.T * p.k, p.E);
   const bool many = running > 2 * int64_t(num_sms);
   if (up) {
-    if (many) launch_pdl(decode_gemv_kernel<true, 3, 5>, grid, block, 0, stream, p);
+    if (many) launch_pdl(decode_gemv_kernel<true, 4, 5>, grid, block, 0, stream, p);
     else launch_pdl(decode_gemv_kernel<true, 8, 2>, grid, block, 0, stream, p);
   } else {
-    if (many) launch_pdl(decode_gemv_kernel<false, 3, 5>, grid, block, 0, stream, p);
+    if (many) launch_pdl(decode_gemv_kernel<false, 4, 5>, grid, block, 0, stream, p);
     else launch_pdl(decode_gemv_kernel<false, 8, 2>, grid, block, 0, stream, p);
   }
   FMOE_CHECK_LAUNCH(up ? "decode_gemv_kernel<up>" : "decode_gemv_kernel<down>", stream);
