@@ -19,7 +19,7 @@ const KnobInfo kKnobTable[] = {
     {"FMOE_FUSED_SCHEDULE", "0 or 1", "0: keep the schedule kernel at decode sizes (default 1)"},
     {"FMOE_PREFETCH_UNITS", "an integer in [0, 1024]", "L2 weight prefetch before the routing ends (measured useless, default 0)"},
     {"FMOE_SPLIT_K", "0 or 1", "1: the layer's gate/up GEMM splits K at decode wherever a part keeps 2 k-blocks (default 0: only the 4-bit gate/up, parts of >= 32)"},
-    {"FMOE_GEMV_MAX_T", "an integer in [0, 8]", "the 4-bit layer runs both GEMMs as decode GEMVs up to this many tokens (0: never; default: T <= 2 where the hidden size is <= 2048)"},
+    {"FMOE_GEMV_MAX_T", "an integer in [0, 8]", "the 4-bit layer runs both GEMMs as decode GEMVs up to this many tokens (0: never; default 8, the most they take)"},
 };
 const int kNumKnobs = int(sizeof(kKnobTable) / sizeof(kKnobTable[0]));
 

@@ -729,13 +729,12 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   // default where every part keeps >= 32 k-blocks (2048 K). FMOE_SPLIT_K=1 splits wherever a part
   // keeps 2 (for experiments; with fp8 gate_up gained at deepseek-v3 T=1, 108.4 -> 104.0 us, but
   // the layer lost, 176.2 -> 178.4, for a reason not found).
-  // 4-bit weights at a few tokens: both GEMMs as decode GEMVs (decode_gemv.hpp says why). They
-  // pay where the engine's per-tile fixed costs weigh most, short K: measured on H100
-  // (docs/performance.md, session 21), qwen3-30b-a3b (H = 2048) T=1 29.5 -> 26.6 us, T=2 39.8 ->
-  // 38.5, T=4 62.6 -> 64.1; gpt-oss-120b (H = 2880) T=1 48.4 -> 49.8; deepseek-v3 (H = 7168)
-  // T=1 128.7 -> 153.3 (the engine's split K wins). The GEMVs issue more per byte (each lane
-  // loads its B fragments; ncu at deepseek-v3 T=1: issue slots 52%, DRAM 37%).
-  const int gemv_max_t = knobs().gemv_max_t >= 0 ? knobs().gemv_max_t : H <= 2048 ? 2 : 0;
+  // 4-bit weights at a few tokens: both GEMMs as decode GEMVs (decode_gemv.hpp says why). With B
+  // through shared memory they beat the engine at every T they can run, measured on H100
+  // (docs/performance.md, session 22, GEMVs / engine, us): qwen3-30b-a3b T=1 24.1 / 29.3, T=8
+  // 75.6 / 87.9; deepseek-v3 T=1 110.9 / 128.8 (the engine with split K), T=8 481.7 / 516.4;
+  // gpt-oss-120b T=1 43.0 / 48.5, T=8 153.7 / 162.4. So they run up to kDecodeGemvMaxT.
+  const int gemv_max_t = knobs().gemv_max_t >= 0 ? knobs().gemv_max_t : kDecodeGemvMaxT;
   plan.gemv = L.e2m1 && T <= std::min(gemv_max_t, kDecodeGemvMaxT);
   if (plan.gemv) plan.fused_schedule = false;
   const int min_part_kb = plan.gemv ? 0 : knobs().split_k ? 2 : L.e2m1 ? 32 : 0;

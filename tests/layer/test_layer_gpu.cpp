@@ -89,13 +89,13 @@ TEST(LayerGpu, FullSizePresetsAtDecode) {
 
 TEST(LayerGpu, SplitKOfGateUpAtDecode) {
   // Few tiles (T <= 2): GEMM 1 splits K and the last part runs the epilogue; the oracles must
-  // still hold, and the plan must really have split. (The 4-bit decode GEMVs, which take T <= 2
-  // at H <= 2048 by default, are off here: they need no split.)
+  // still hold, and the plan must really have split. (The 4-bit decode GEMVs, which take T <= 8
+  // by default, are off here: they need no split.)
   FMOE_SKIP_WITHOUT_GPU();
   detail::ScopedKnob<int> engine(&detail::Knobs::gemv_max_t, 0);
   {
     // On by default only for the e2m1 gate/up with parts of >= 32 k-blocks (layer.cpp says why):
-    // H = 4096 at T=1 splits in two, H = 2048 does not (it runs the decode GEMVs by default).
+    // H = 4096 at T=1 splits in two, H = 2048 does not (parts of 16 k-blocks).
     for (int H : {4096, 2048}) {
       const MoeConfig cfg = scaled(find_preset("deepseek-v3"), H, 256, 16, Precision::nvfp4);
       const LayerCase c = make_case(cfg, 1, ReductionMode::fast);
@@ -282,8 +282,8 @@ TEST(LayerGpu, DecodeGemvPathAndTheEngineAtTheSameT) {
           check_end_to_end(c, d, run, ctx);
         }
     }
-  // Caller ids with a repeat and an id out of range: the GEMVs drop and count them (T=3: past the
-  // default rule's T <= 2, so the knob keeps the GEMVs on).
+  // Caller ids with a repeat and an id out of range: the GEMVs drop and count them (the knob keeps
+  // the GEMVs on whatever the default rule).
   detail::ScopedKnob<int> gemv(&detail::Knobs::gemv_max_t, 8);
   const MoeConfig given = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 16, Precision::nvfp4);
   LayerCase c = make_case(given, 3, ReductionMode::deterministic, LayerRoute::given);
