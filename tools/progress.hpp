@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -46,10 +47,12 @@ class ProgressLine {
     if (total <= 0 || done >= total || now - last_ < interval_s_) return;
     last_ = now;
     const double frac = double(done) / double(total), elapsed = now - start_;
+    // Floored: a line while work remains never reads 100% (99.6% rounded did, on a fast machine).
+    const double pct = std::floor(100.0 * frac);
     std::string line =
         bytes_ ? strf("  %s: %s of %s (%.0f%%) after %.0f s", label_.c_str(), amount(double(done)).c_str(),
-                      amount(double(total)).c_str(), 100.0 * frac, elapsed)
-               : strf("  %s: %.0f%% after %.0f s", label_.c_str(), 100.0 * frac, elapsed);
+                      amount(double(total)).c_str(), pct, elapsed)
+               : strf("  %s: %.0f%% after %.0f s", label_.c_str(), pct, elapsed);
     if (done > first_done_ && now > first_time_) {
       const double rate = double(done - first_done_) / (now - first_time_);  // units per second
       if (bytes_) line += strf(", %s/s", amount(rate).c_str());
