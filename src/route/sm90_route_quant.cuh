@@ -145,7 +145,13 @@ route_quant_kernel(const __grid_constant__ RouteQuantParams p) {
   cudaGridDependencySynchronize();
   cudaTriggerProgrammaticLaunchCompletion();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int slot = warp / Cfg::kWarpsPerToken, role = warp % Cfg::kWarpsPerToken;
+  // Role 0 routes (a serial chain of double-precision work at decode); it is a different warp of
+  // each token's group so that the CTA's routing warps spread over the SM's four schedulers
+  // (warp w issues on scheduler w % 4): all on one, deepseek-v3 took 19.9 us at T=4 against
+  // 12.2 at T=1 (docs/performance.md, session 22).
+  const int slot = warp / Cfg::kWarpsPerToken;
+  const int router = (slot * Cfg::kWarpsPerToken / 4) % Cfg::kWarpsPerToken;
+  const int role = (warp % Cfg::kWarpsPerToken + Cfg::kWarpsPerToken - router) % Cfg::kWarpsPerToken;
   const int t = blockIdx.x * Cfg::kTokensPerCta + slot;
   const bool valid = t < p.T;
   if (blockIdx.x == 0) {

@@ -3,6 +3,7 @@
 // hot and all-to-one experts, both reduction modes, poisoned outputs, graph capture, bad ids.
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <cstdlib>
 
 #include "common/env.hpp"
@@ -126,6 +127,48 @@ TEST(MoeFp8Gpu, EveryRoutingFunction) {
     l4.routing.fn = RoutingFn::sigmoid_top1_on_input;
     run_and_check(l4, 2);
   }
+}
+
+// The grouped top-k at every group width the kernel has a path for (groups of 32 M experts are
+// lane slices, M = 1, 2, 4: all groups scored at once; 16 experts a group: one group at a time),
+// on tie-free logits and on logits and biases rounded to a few values, so that experts tie within
+// and across groups and groups tie on their scores: the ids must equal the reference's (ties to
+// the lower expert, and to the lower group) in both cases.
+TEST(MoeFp8Gpu, GroupedRoutingEveryGroupWidthAndTies) {
+  FMOE_SKIP_WITHOUT_GPU();
+  struct Groups { int E, groups, keep; };
+  for (const Groups g : {Groups{256, 8, 4}, Groups{256, 4, 2}, Groups{256, 2, 1}, Groups{128, 4, 3},
+                         Groups{64, 4, 2}})
+    for (bool ties : {false, true}) {
+      Problem pb = base(37, g.E, 8, 256, 512, ReductionMode::fast);
+      pb.routing.fn = RoutingFn::sigmoid_grouped_topk;
+      pb.routing.num_groups = g.groups;
+      pb.routing.topk_groups = g.keep;
+      pb.routing.correction_bias = true;
+      pb.routing.routed_scaling_factor = 2.5f;
+      const uint64_t seed = seeds_for(hash_ints({g.E, g.groups, g.keep, ties}))[0];
+      Inputs in = make_inputs(pb, seed);
+      if (ties) {
+        for (float& l : in.logits) l = std::round(l);             // 17 values in [-8, 8]
+        for (float& b : in.bias) b = std::round(b * 40.0f) / 40.0f;  // -0.05, -0.025, 0, ...
+        in.d_logits = DeviceBuffer::from(in.logits);
+        in.d_bias = DeviceBuffer::from(in.bias);
+      }
+      in.d_y.fill(0xFF);
+      const MoeFp8ProjectionArgs a = make_args(pb, in);
+      moe_fp8_projection(a, in.d_ws.get(), in.ws_bytes, nullptr);
+      FMOE_CUDA(cudaDeviceSynchronize());
+      const std::string ctx = pb.describe() + strf(" groups %d keep %d%s seed %llu", g.groups, g.keep,
+                                                   ties ? " ties" : "", (unsigned long long)seed);
+      const ref::Routing want = ref::route(pb.routing, in.logits.data(), pb.T, pb.E, pb.k, in.bias.data());
+      const std::vector<int32_t> ids = in.d_ids.to_host<int32_t>();
+      const std::vector<float> w = in.d_weights.to_host<float>();
+      for (size_t i = 0; i < want.ids.size(); ++i) {
+        ASSERT_EQ(ids[i], want.ids[i]) << ctx << " route " << i;
+        ASSERT_NEAR(w[i], want.weights[i], 2e-6 * std::fabs(want.weights[i]) + 1e-30) << ctx << " route " << i;
+      }
+      check_against_ref(pb, in, y_host(pb, in), ctx);
+    }
 }
 
 TEST(MoeFp8Gpu, HotExpertAndAllTokensToOneExpert) {
