@@ -1,0 +1,333 @@
+// Host side of the expert-parallel layer (include/fusedmoe/ep_layer.hpp): validation, the
+// workspace carve-up and one step as a chain of launches and NCCL calls on the caller's stream:
+//   dispatch kernels -> all-to-all of counts and rows -> receive kernel -> local MoeLayer (given
+//   routing) -> return kernel -> all-to-all of results -> combine kernel.
+// Every size is fixed by max_tokens_per_rank (cap): the local layer always runs on R * cap rows,
+// the ones that did not arrive carrying no routes, so no count ever reaches the host.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "common/cuda_check.hpp"
+#include "common/tensor_check.hpp"
+#include "dist/ep_comm.hpp"
+#include "dist/ep_kernels.hpp"
+#include "dist/ep_plan.hpp"
+#include "fusedmoe/layer.hpp"
+#include "layer/layer_plan.hpp"
+
+namespace fusedmoe {
+
+struct EpMoeLayer::Impl {
+  MoeConfig cfg;                    // the whole layer's
+  const EpCommunicator::Impl* comm = nullptr;
+  detail::EpPartitionArgs part;
+  int rank = 0, R = 1, cap = 0, H = 0, k = 0;
+  int first = 0, E_local = 0;
+  detail::EpRowLayout row;          // payload: a bf16 row of x (the local layer quantizes it)
+  std::unique_ptr<MoeLayer> local;  // this rank's experts, caller-given routing
+};
+
+namespace {
+
+constexpr const char* kOp = "EpMoeLayer";
+constexpr size_t kAlign = 256;
+
+size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+// The workspace, in the order taken. Scratch of one step; nothing needs initialization.
+struct EpWorkspace {
+  detail::EpCounters* counters = nullptr;
+  int32_t* route_dest = nullptr;     // [cap * k]
+  int32_t* goes_to = nullptr;        // [R * cap]
+  int32_t* token_row = nullptr;      // [cap * R]
+  int32_t* route_row = nullptr;      // [cap * k]
+  int32_t* row_token = nullptr;      // [R * cap]
+  int32_t* send_counts = nullptr;    // [R]
+  int32_t* recv_counts = nullptr;    // [R]
+  int32_t* recv_offsets = nullptr;   // [R + 1]
+  int32_t* row_slot = nullptr;       // [R * cap]
+  int32_t* expert_counts = nullptr;  // [E_local]
+  uint8_t* send = nullptr;           // [R * cap, row_bytes]
+  uint8_t* recv = nullptr;           // [R * cap, row_bytes]
+  uint8_t* x_local = nullptr;        // [R * cap, H] bf16: the local layer's x
+  int32_t* local_ids = nullptr;      // [R * cap, k]
+  float* local_weights = nullptr;    // [R * cap, k]
+  uint8_t* y_local = nullptr;        // [R * cap, H] bf16: the local layer's y
+  uint8_t* ret_send = nullptr;       // choice: f32 [R * cap * k, H]; rank: bf16 [R * cap, H]
+  uint8_t* ret_recv = nullptr;       // the same
+  uint8_t* local_ws = nullptr;       // the local layer's workspace
+  size_t local_ws_bytes = 0;
+};
+
+ReductionMode local_mode(EpCombine combine, ReductionMode mode) {
+  return combine == EpCombine::choice_order ? ReductionMode::deterministic : mode;
+}
+
+size_t ep_workspace_layout(const EpMoeLayer::Impl& L, EpCombine combine, ReductionMode mode,
+                           void* base, EpWorkspace* out) {
+  const int64_t rows = int64_t(L.R) * L.cap, k = L.k, H = L.H;
+  const int64_t ret_row_bytes = combine == EpCombine::choice_order ? k * H * 4 : H * 2;
+  size_t off = 0;
+  EpWorkspace dummy;
+  EpWorkspace& w = out ? *out : dummy;
+  auto take = [&](auto*& ptr, int64_t bytes) {
+    using T_ = std::remove_pointer_t<std::remove_reference_t<decltype(ptr)>>;
+    if (base) ptr = reinterpret_cast<T_*>(static_cast<uint8_t*>(base) + off);
+    off = align_up(off + size_t(bytes));
+  };
+  take(w.counters, sizeof(detail::EpCounters));
+  take(w.route_dest, int64_t(L.cap) * k * 4);
+  take(w.goes_to, rows * 4);
+  take(w.token_row, rows * 4);
+  take(w.route_row, int64_t(L.cap) * k * 4);
+  take(w.row_token, rows * 4);
+  take(w.send_counts, int64_t(L.R) * 4);
+  take(w.recv_counts, int64_t(L.R) * 4);
+  take(w.recv_offsets, int64_t(L.R + 1) * 4);
+  take(w.row_slot, rows * 4);
+  take(w.expert_counts, int64_t(L.E_local) * 4);
+  take(w.send, rows * L.row.row_bytes);
+  take(w.recv, rows * L.row.row_bytes);
+  take(w.x_local, rows * H * 2);
+  take(w.local_ids, rows * k * 4);
+  take(w.local_weights, rows * k * 4);
+  take(w.y_local, rows * H * 2);
+  take(w.ret_send, rows * ret_row_bytes);
+  take(w.ret_recv, rows * ret_row_bytes);
+  w.local_ws_bytes = L.local->workspace_size(int(rows), local_mode(combine, mode));
+  take(w.local_ws, int64_t(w.local_ws_bytes));
+  return off;
+}
+
+void check_bf16_rows(const char* name, const TensorRef& t, int T, int H, int device) {
+  using namespace detail;
+  check_dtype(kOp, name, t, DType::bf16);
+  check_shape(kOp, name, t, {T, H});
+  check_unit_inner_stride(kOp, name, t);
+  check_aligned(kOp, name, t, 16);  // rows move as 16-byte vectors
+  check_data(kOp, name, t);
+  check_on_device(kOp, name, t);
+  check_same_device(kOp, name, t, device);
+}
+
+void check_routing(const char* name, const TensorRef& t, DType dtype, int T, int k, int device) {
+  using namespace detail;
+  check_dtype(kOp, name, t, dtype);
+  check_shape(kOp, name, t, {T, k});
+  check_contiguous(kOp, name, t);
+  check_aligned(kOp, name, t, 4);
+  check_data(kOp, name, t);
+  check_on_device(kOp, name, t);
+  check_same_device(kOp, name, t, device);
+}
+
+}  // namespace
+
+EpMoeLayer::EpMoeLayer(const MoeConfig& cfg, const MoeLayerWeights& local_weights,
+                       const EpCommunicator& comm, int max_tokens_per_rank, Stream stream)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& L = *impl_;
+  cfg.validate();
+  L.cfg = cfg;
+  L.comm = &comm.impl();
+  L.R = comm.num_ranks();
+  L.rank = comm.rank();
+  L.cap = max_tokens_per_rank;
+  L.H = cfg.hidden;
+  L.k = cfg.top_k;
+  const detail::ExpertPartition part(cfg.num_experts, L.R);  // throws when R > E
+  L.part = {cfg.num_experts, L.R, cfg.num_experts / L.R, cfg.num_experts % L.R};
+  L.first = part.first(L.rank);
+  L.E_local = part.count(L.rank);
+  FMOE_REQUIRE(cfg.num_shared_experts == 0,
+               "%s: the config has %d shared experts; the EP layer does not run shared experts "
+               "yet (they would run once per token on its own rank, not on the experts' ranks)",
+               kOp, cfg.num_shared_experts);
+  FMOE_REQUIRE(part.count(L.R - 1) >= L.k,
+               "%s: %d experts over %d ranks leave %d on the last rank, fewer than top_k=%d (the "
+               "local layer's routing table is [rows, top_k] over its own experts)", kOp,
+               cfg.num_experts, L.R, part.count(L.R - 1), L.k);
+  FMOE_REQUIRE(max_tokens_per_rank >= 1, "%s: max_tokens_per_rank=%d must be at least 1", kOp,
+               max_tokens_per_rank);
+  FMOE_REQUIRE(int64_t(L.R) * L.cap * L.k <= INT32_MAX,
+               "%s: %d ranks x max_tokens_per_rank %d x top_k %d exceed the int32 indices of the "
+               "dispatch buffers", kOp, L.R, L.cap, L.k);
+  FMOE_REQUIRE(local_weights.routing_bias.data == nullptr,
+               "%s: routing_bias was given, but the EP layer takes the caller's routing "
+               "(route on the token's rank, pass topk_ids / topk_weights)", kOp);
+  int device = 0;
+  FMOE_CUDA(cudaGetDevice(&device));
+  FMOE_REQUIRE(device == L.comm->device,
+               "%s: the current CUDA device is %d but the communicator's is %d", kOp, device,
+               L.comm->device);
+
+  // The local layer: this rank's experts, no routing of its own (its ids and weights are what
+  // arrived). Llama 4's weight on the input is a property of the experts' input, so it stays.
+  MoeConfig local = cfg;
+  local.num_experts = L.E_local;
+  if (cfg.routing.fn != RoutingFn::sigmoid_top1_on_input) local.routing = RoutingConfig{};
+  else local.routing = RoutingConfig{RoutingFn::sigmoid_top1_on_input};
+  L.local = std::make_unique<MoeLayer>(local, local_weights, stream);
+  L.row = detail::ep_row_layout(int64_t(L.H) * 2, L.k);
+}
+
+EpMoeLayer::~EpMoeLayer() = default;
+EpMoeLayer::EpMoeLayer(EpMoeLayer&&) noexcept = default;
+EpMoeLayer& EpMoeLayer::operator=(EpMoeLayer&&) noexcept = default;
+
+int EpMoeLayer::first_expert() const { return impl_->first; }
+int EpMoeLayer::num_local_experts() const { return impl_->E_local; }
+int EpMoeLayer::max_tokens_per_rank() const { return impl_->cap; }
+
+size_t EpMoeLayer::workspace_size(EpCombine combine, ReductionMode mode) const {
+  return ep_workspace_layout(*impl_, combine, mode, nullptr, nullptr);
+}
+
+void EpMoeLayer::forward(const EpForwardArgs& a, void* workspace, size_t workspace_bytes,
+                         Stream stream_in) const {
+  using namespace detail;
+  const Impl& L = *impl_;
+  cudaStream_t stream = reinterpret_cast<cudaStream_t>(stream_in);
+  const bool choice = a.combine == EpCombine::choice_order;
+  FMOE_REQUIRE(a.x.ndim == 2, "%s: x must be [T, H=%d] bf16, got %s", kOp, L.H,
+               a.x.describe().c_str());
+  FMOE_REQUIRE(a.x.shape[0] >= 0 && a.x.shape[0] <= L.cap,
+               "%s: x has T=%lld rows; this layer takes at most max_tokens_per_rank=%d", kOp,
+               (long long)a.x.shape[0], L.cap);
+  const int T = int(a.x.shape[0]), device = L.comm->device;
+  check_bf16_rows("x", a.x, T, L.H, device);
+  check_bf16_rows("y", a.y, T, L.H, device);
+  check_routing("topk_ids", a.topk_ids, DType::i32, T, L.k, device);
+  check_routing("topk_weights", a.topk_weights, DType::f32, T, L.k, device);
+  const size_t need = ep_workspace_layout(L, a.combine, a.mode, nullptr, nullptr);
+  FMOE_REQUIRE(workspace != nullptr, "%s: workspace is null", kOp);
+  FMOE_REQUIRE(reinterpret_cast<uintptr_t>(workspace) % kAlign == 0,
+               "%s: workspace must be %zu-byte aligned, got %p", kOp, kAlign, workspace);
+  FMOE_REQUIRE(workspace_bytes >= need,
+               "%s: workspace of %zu bytes is smaller than the %zu bytes this combine and mode "
+               "need (size it with workspace_size)", kOp, workspace_bytes, need);
+  EpWorkspace w;
+  ep_workspace_layout(L, a.combine, a.mode, workspace, &w);
+  const int rows = L.R * L.cap;
+
+  // 1. Dispatch: the plan and the packed rows of this rank's tokens.
+  EpDispatchParams dp;
+  dp.part = L.part;
+  dp.T = T;
+  dp.k = L.k;
+  dp.cap = L.cap;
+  dp.source_rank = L.rank;
+  dp.topk_ids = static_cast<const int32_t*>(a.topk_ids.data);
+  dp.topk_weights = static_cast<const float*>(a.topk_weights.data);
+  dp.x = static_cast<const uint8_t*>(a.x.data);
+  dp.x_ld_bytes = a.x.stride[0] * 2;
+  dp.row = L.row;
+  dp.route_dest = w.route_dest;
+  dp.goes_to = w.goes_to;
+  dp.token_row = w.token_row;
+  dp.route_row = w.route_row;
+  dp.row_token = w.row_token;
+  dp.send_counts = w.send_counts;
+  dp.send = w.send;
+  dp.counters = w.counters;
+  launch_ep_dispatch(dp, stream);
+
+  // 2. The exchange: R counts, then R fixed chunks of cap rows (whatever the counts say: the
+  // receiver reads only the rows below them).
+  ep_all_to_all(*L.comm, w.send_counts, w.recv_counts, sizeof(int32_t), stream);
+  ep_all_to_all(*L.comm, w.send, w.recv, size_t(L.cap) * size_t(L.row.row_bytes), stream);
+
+  // 3. Receive: the local layer's rows and routing, source-major.
+  EpReceiveParams rp;
+  rp.part = L.part;
+  rp.dest_rank = L.rank;
+  rp.k = L.k;
+  rp.cap = L.cap;
+  rp.row = L.row;
+  rp.recv_counts = w.recv_counts;
+  rp.recv = w.recv;
+  rp.recv_offsets = w.recv_offsets;
+  rp.row_slot = w.row_slot;
+  rp.local_ids = w.local_ids;
+  rp.local_weights = w.local_weights;
+  rp.x = w.x_local;
+  rp.x_ld_bytes = int64_t(L.H) * 2;
+  rp.expert_counts = w.expert_counts;
+  rp.counters = w.counters;
+  launch_ep_receive(rp, stream);
+
+  // 4. The local layer on all R * cap rows (rows that did not arrive carry only -1 ids, which its
+  // drop rule skips); ids are not checked on the host (that would synchronize).
+  const ReductionMode mode = local_mode(a.combine, a.mode);
+  MoeForwardArgs la;
+  la.x = TensorRef::contiguous(w.x_local, DType::bf16, {rows, L.H}, Device::cuda, device);
+  la.routing_given = true;
+  la.topk_ids = TensorRef::contiguous(w.local_ids, DType::i32, {rows, L.k}, Device::cuda, device);
+  la.topk_weights = TensorRef::contiguous(w.local_weights, DType::f32, {rows, L.k}, Device::cuda, device);
+  la.validate_routing = false;
+  la.y = TensorRef::contiguous(w.y_local, DType::bf16, {rows, L.H}, Device::cuda, device);
+  la.mode = mode;
+  L.local->forward(la, w.local_ws, w.local_ws_bytes, stream);
+
+  // 5. Results back to the rows' sources: each route's fp32 row (the local layer's deterministic
+  // rows, where its finalize reads them) or each row's bf16 sum (its y).
+  LayerWorkspace lws;
+  layer_workspace_layout(L.local->impl(), rows, mode, w.local_ws, &lws);
+  EpReturnParams ret;
+  ret.R = L.R;
+  ret.k = L.k;
+  ret.cap = L.cap;
+  ret.H = L.H;
+  ret.choice_order = choice;
+  ret.recv_offsets = w.recv_offsets;
+  ret.row_slot = w.row_slot;
+  ret.local_ids = w.local_ids;
+  ret.local = choice ? static_cast<const void*>(lws.acc) : static_cast<const void*>(w.y_local);
+  ret.ld_local = L.H;
+  ret.ret = w.ret_send;
+  launch_ep_return(ret, stream);
+  const size_t ret_row_bytes = choice ? size_t(L.k) * L.H * 4 : size_t(L.H) * 2;
+  ep_all_to_all(*L.comm, w.ret_send, w.ret_recv, size_t(L.cap) * ret_row_bytes, stream);
+
+  // 6. Combine on this rank.
+  EpCombineParams cp;
+  cp.T = T;
+  cp.R = L.R;
+  cp.k = L.k;
+  cp.cap = L.cap;
+  cp.H = L.H;
+  cp.choice_order = choice;
+  cp.token_row = w.token_row;
+  cp.route_row = w.route_row;
+  cp.ret = w.ret_recv;
+  cp.y = static_cast<__nv_bfloat16*>(a.y.data);
+  cp.ldy = a.y.stride[0];
+  launch_ep_combine(cp, stream);
+}
+
+EpStats EpMoeLayer::stats(const void* workspace, EpCombine combine, ReductionMode mode,
+                          Stream stream_in) const {
+  FMOE_REQUIRE(workspace, "%s::stats: workspace is null", kOp);
+  const Impl& L = *impl_;
+  cudaStream_t stream = reinterpret_cast<cudaStream_t>(stream_in);
+  EpWorkspace w;
+  ep_workspace_layout(L, combine, mode, const_cast<void*>(workspace), &w);
+  detail::EpCounters c{};
+  int32_t received = 0;
+  FMOE_CUDA(cudaMemcpyAsync(&c, w.counters, sizeof(c), cudaMemcpyDeviceToHost, stream));
+  FMOE_CUDA(cudaMemcpyAsync(&received, w.recv_offsets + L.R, sizeof(received),
+                            cudaMemcpyDeviceToHost, stream));
+  FMOE_CUDA(cudaStreamSynchronize(stream));
+  EpStats s;
+  s.dropped_routes = int64_t(c.dropped_routes);
+  s.overflow_rows = int64_t(c.overflow_rows);
+  s.received_rows = received;
+  s.received_routes = int64_t(c.recv_routes);
+  s.received_bad_slots = int64_t(c.recv_dropped);
+  s.received_bad_counts = int64_t(c.recv_clamped);
+  return s;
+}
+
+}  // namespace fusedmoe
