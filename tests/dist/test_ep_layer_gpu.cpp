@@ -1,0 +1,288 @@
+// The expert-parallel layer (include/fusedmoe/ep_layer.hpp) on one GPU through a real one-rank
+// NCCL communicator (R = 1): dispatch, the count and row all-to-alls, the receive, the local
+// MoeLayer, the return all-to-all and the combine all run, and the result must equal the
+// single-GPU MoeLayer on the same caller-given routing bit for bit in deterministic mode (choice
+// order always; rank order too, as at R = 1 every token's routes sit on one rank). Also: bad and
+// repeated ids, spare capacity (max_tokens_per_rank > T), CUDA-graph replay, argument errors.
+// The multi-rank runs need a multi-GPU machine (docs/status.md, issue 13).
+#include <cuda_runtime_api.h>
+
+#include "common/device_buffer.hpp"
+#include "fusedmoe/ep_layer.hpp"
+#include "tests/layer/layer_test_util.hpp"
+
+using namespace fusedmoe;
+using namespace fusedmoe::test;
+
+namespace {
+
+// A preset shrunk to test size without shared experts (the EP layer does not run them yet).
+MoeConfig routed_only(const char* preset, int H, int I, int E, Precision p) {
+  MoeConfig c = find_preset(preset);
+  c.num_shared_experts = 0;
+  c.shared_intermediate = 0;
+  c.shared_expert_gate = false;
+  return scaled(c, H, I, E, p);
+}
+
+struct Inputs {
+  DeviceBuffer x, ids, weights;
+  int T = 0;
+};
+
+Inputs upload(const LayerData& d, const std::vector<int32_t>& ids, int T) {
+  return {DeviceBuffer::from(d.x_bits), DeviceBuffer::from(ids), DeviceBuffer::from(d.given.weights), T};
+}
+
+std::vector<uint16_t> run_single(const MoeLayer& layer, const Inputs& in, int H, int k,
+                                 cudaStream_t stream) {
+  DeviceBuffer y(std::max<size_t>(size_t(in.T) * H * 2, 16));
+  y.fill(0xFF);
+  const size_t ws_bytes = layer.workspace_size(in.T, ReductionMode::deterministic);
+  DeviceBuffer ws(ws_bytes);
+  ws.fill(0xFF);
+  MoeForwardArgs a;
+  a.x = TensorRef::contiguous(in.x.get(), DType::bf16, {in.T, H}, Device::cuda);
+  a.routing_given = true;
+  a.topk_ids = TensorRef::contiguous(in.ids.get(), DType::i32, {in.T, k}, Device::cuda);
+  a.topk_weights = TensorRef::contiguous(in.weights.get(), DType::f32, {in.T, k}, Device::cuda);
+  a.validate_routing = false;  // bad ids are part of the cases: dropped by both layers
+  a.y = TensorRef::contiguous(y.get(), DType::bf16, {in.T, H}, Device::cuda);
+  a.mode = ReductionMode::deterministic;
+  layer.forward(a, ws.get(), ws_bytes, reinterpret_cast<Stream>(stream));
+  FMOE_CUDA(cudaStreamSynchronize(stream));
+  std::vector<uint16_t> out = y.to_host<uint16_t>();
+  out.resize(size_t(in.T) * H);
+  return out;
+}
+
+EpForwardArgs ep_args(const Inputs& in, DeviceBuffer& y, int H, int k, EpCombine combine) {
+  EpForwardArgs a;
+  a.x = TensorRef::contiguous(in.x.get(), DType::bf16, {in.T, H}, Device::cuda);
+  a.topk_ids = TensorRef::contiguous(in.ids.get(), DType::i32, {in.T, k}, Device::cuda);
+  a.topk_weights = TensorRef::contiguous(in.weights.get(), DType::f32, {in.T, k}, Device::cuda);
+  a.y = TensorRef::contiguous(y.get(), DType::bf16, {in.T, H}, Device::cuda);
+  a.combine = combine;
+  a.mode = ReductionMode::deterministic;
+  return a;
+}
+
+std::vector<uint16_t> run_ep(const EpMoeLayer& layer, const Inputs& in, int H, int k,
+                             EpCombine combine, cudaStream_t stream, EpStats* stats = nullptr) {
+  DeviceBuffer y(std::max<size_t>(size_t(in.T) * H * 2, 16));
+  y.fill(0xFF);  // NaN: every element must be written
+  const size_t ws_bytes = layer.workspace_size(combine, ReductionMode::deterministic);
+  DeviceBuffer ws(ws_bytes);
+  ws.fill(0xFF);
+  layer.forward(ep_args(in, y, H, k, combine), ws.get(), ws_bytes, reinterpret_cast<Stream>(stream));
+  FMOE_CUDA(cudaStreamSynchronize(stream));
+  if (stats) *stats = layer.stats(ws.get(), combine, ReductionMode::deterministic, reinterpret_cast<Stream>(stream));
+  std::vector<uint16_t> out = y.to_host<uint16_t>();
+  out.resize(size_t(in.T) * H);
+  return out;
+}
+
+void expect_bitwise(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want, int H,
+                    const std::string& ctx) {
+  ASSERT_EQ(got.size(), want.size()) << ctx;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_EQ(got[i], want[i]) << ctx << ": y[" << i / size_t(H) << ", " << i % size_t(H)
+                               << "] differs (bf16 bits 0x" << std::hex << got[i] << " vs 0x"
+                               << want[i] << std::dec << ")";
+}
+
+// Bad ids and repeats mixed into the routing at `rate` (both layers drop them the same way).
+std::vector<int32_t> with_bad_ids(std::vector<int32_t> ids, int T, int k, int E, uint64_t seed, float rate) {
+  ref::Rng rng(seed);
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < k; ++j)
+      if (rng.uniform() < rate) {
+        const int32_t bad[] = {-1, E, E + 7};
+        ids[size_t(t) * k + j] = j > 0 && rng.below(2) ? ids[size_t(t) * k + size_t(rng.below(j))] : bad[rng.below(3)];
+      }
+  return ids;
+}
+
+// EP (R = 1) vs MoeLayer, both combines, on `cfg` at T tokens with capacity `cap`.
+void compare_one_rank(const EpCommunicator& comm, const MoeConfig& cfg, int T, int cap, float bad_rate,
+                      uint64_t seed) {
+  LayerCase c;
+  c.cfg = cfg;
+  c.T = T;
+  c.mode = ReductionMode::deterministic;
+  c.route = LayerRoute::given;
+  const std::string ctx = c.describe() + strf(" cap=%d bad=%.2f seed %llu", cap, double(bad_rate),
+                                              (unsigned long long)seed);
+  const LayerData d = make_layer_data(c, seed);
+  const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+  MoeLayerWeights local = g.weights;
+  local.routing_bias = {};  // the EP layer takes the caller's routing
+  const EpMoeLayer ep(cfg, local, comm, cap);
+  ASSERT_EQ(ep.first_expert(), 0) << ctx;
+  ASSERT_EQ(ep.num_local_experts(), cfg.num_experts) << ctx;
+  const std::vector<int32_t> ids = with_bad_ids(d.given.ids, T, cfg.top_k, cfg.num_experts, seed, bad_rate);
+  const Inputs in = upload(d, ids, T);
+  const std::vector<uint16_t> want = run_single(*g.layer, in, cfg.hidden, cfg.top_k, nullptr);
+  for (EpCombine combine : {EpCombine::choice_order, EpCombine::rank_order}) {
+    const std::string ctx2 = ctx + (combine == EpCombine::choice_order ? " choice_order" : " rank_order");
+    EpStats st;
+    const std::vector<uint16_t> got = run_ep(ep, in, cfg.hidden, cfg.top_k, combine, nullptr, &st);
+    expect_bitwise(got, want, cfg.hidden, ctx2);
+    EXPECT_EQ(st.overflow_rows, 0) << ctx2;
+    EXPECT_EQ(st.received_bad_slots, 0) << ctx2;
+    EXPECT_EQ(st.received_bad_counts, 0) << ctx2;
+    // Every kept route ran on the one rank.
+    int64_t kept = 0, rows = 0;
+    for (int t = 0; t < T; ++t) {
+      int n = 0;
+      for (int j = 0; j < cfg.top_k; ++j) {
+        const int32_t e = ids[size_t(t) * cfg.top_k + j];
+        bool repeat = false;
+        for (int i = 0; i < j; ++i) repeat |= ids[size_t(t) * cfg.top_k + i] == e;
+        n += e >= 0 && e < cfg.num_experts && !repeat;
+      }
+      kept += n;
+      rows += n > 0;
+    }
+    EXPECT_EQ(st.received_routes, kept) << ctx2;
+    EXPECT_EQ(st.received_rows, rows) << ctx2;
+    EXPECT_EQ(st.dropped_routes, int64_t(T) * cfg.top_k - kept) << ctx2;
+  }
+}
+
+}  // namespace
+
+TEST(EpLayerGpu, OneRankEqualsMoeLayerBitwise) {
+  FMOE_SKIP_WITHOUT_GPU();
+  const EpCommunicator comm = EpCommunicator::single_rank();
+  ASSERT_EQ(comm.num_ranks(), 1);
+  ASSERT_EQ(comm.rank(), 0);
+  const MoeConfig cfgs[] = {
+      routed_only("qwen3-30b-a3b", 256, 128, 16, Precision::fp8_block),
+      routed_only("qwen3-30b-a3b", 256, 128, 16, Precision::bf16),
+      routed_only("deepseek-v3", 272, 128, 16, Precision::fp8_block),  // H % 128 = 16, grouped ids
+      routed_only("gpt-oss-120b", 256, 128, 8, Precision::bf16),      // biases, clamped swiglu
+      routed_only("mixtral-8x7b", 256, 192, 8, Precision::nvfp4),     // W4A16, I % 128 != 0
+  };
+  for (const MoeConfig& cfg : cfgs)
+    for (int T : {1, 5, 40, 300}) {
+      // cap = T: the local layer runs on exactly T rows, as MoeLayer does.
+      for (uint64_t seed : seeds_for(hash_ints({cfg.hidden, cfg.num_experts, int(cfg.weight_precision), T}))) {
+        compare_one_rank(comm, cfg, T, T, 0.0f, seed);
+        if (testing::Test::HasFatalFailure()) return;
+      }
+    }
+}
+
+TEST(EpLayerGpu, OneRankBadIdsAndSpareCapacity) {
+  FMOE_SKIP_WITHOUT_GPU();
+  // max_tokens_per_rank > T: the local layer runs on cap rows, the spare ones without routes;
+  // bad ids: a token whose routes are all dropped sends no row, so the compact rows shift. Each
+  // route's row depends only on its token, expert and weight, so y is still MoeLayer's.
+  const EpCommunicator comm = EpCommunicator::single_rank();
+  const MoeConfig cfg = routed_only("qwen3-30b-a3b", 256, 128, 16, Precision::fp8_block);
+  for (int T : {1, 7, 40})
+    for (uint64_t seed : seeds_for(hash_ints({T, 17}))) {
+      compare_one_rank(comm, cfg, T, T + 9, 0.0f, seed);
+      compare_one_rank(comm, cfg, T, T, 0.3f, seed);
+      if (testing::Test::HasFatalFailure()) return;
+    }
+}
+
+TEST(EpLayerGpu, ZeroTokens) {
+  FMOE_SKIP_WITHOUT_GPU();
+  const EpCommunicator comm = EpCommunicator::single_rank();
+  const MoeConfig cfg = routed_only("qwen3-30b-a3b", 256, 128, 16, Precision::bf16);
+  const ref::LayerWeights lw = ref::make_random_layer(cfg, 3);
+  const cli::GpuLayer g = cli::make_gpu_layer(lw, nullptr);
+  const EpMoeLayer ep(cfg, g.weights, comm, 8);
+  Inputs in{DeviceBuffer(16), DeviceBuffer(16), DeviceBuffer(16), 0};
+  EpStats st;
+  const std::vector<uint16_t> y = run_ep(ep, in, cfg.hidden, cfg.top_k, EpCombine::choice_order, nullptr, &st);
+  EXPECT_TRUE(y.empty());
+  EXPECT_EQ(st.received_rows, 0);
+  EXPECT_EQ(st.received_routes, 0);
+}
+
+TEST(EpLayerGpu, GraphReplayEqualsEager) {
+  FMOE_SKIP_WITHOUT_GPU();
+  const EpCommunicator comm = EpCommunicator::single_rank();
+  const MoeConfig cfg = routed_only("qwen3-30b-a3b", 256, 128, 16, Precision::fp8_block);
+  LayerCase c;
+  c.cfg = cfg;
+  c.T = 24;
+  c.route = LayerRoute::given;
+  const LayerData d = make_layer_data(c, 99);
+  const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+  MoeLayerWeights local = g.weights;
+  local.routing_bias = {};
+  const EpMoeLayer ep(cfg, local, comm, 32);
+  const Inputs in = upload(d, d.given.ids, c.T);
+  cudaStream_t stream;
+  FMOE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const std::vector<uint16_t> eager = run_ep(ep, in, cfg.hidden, cfg.top_k, EpCombine::choice_order, stream);
+
+  DeviceBuffer y(size_t(c.T) * cfg.hidden * 2);
+  y.fill(0xFF);
+  const size_t ws_bytes = ep.workspace_size(EpCombine::choice_order, ReductionMode::deterministic);
+  DeviceBuffer ws(ws_bytes);
+  ws.fill(0xFF);
+  const EpForwardArgs a = ep_args(in, y, cfg.hidden, cfg.top_k, EpCombine::choice_order);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  FMOE_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  ep.forward(a, ws.get(), ws_bytes, reinterpret_cast<Stream>(stream));
+  FMOE_CUDA(cudaStreamEndCapture(stream, &graph));
+  FMOE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int rep = 0; rep < 3; ++rep) FMOE_CUDA(cudaGraphLaunch(exec, stream));
+  FMOE_CUDA(cudaStreamSynchronize(stream));
+  expect_bitwise(y.to_host<uint16_t>(), eager, cfg.hidden, "graph replay");
+  FMOE_CUDA(cudaGraphExecDestroy(exec));
+  FMOE_CUDA(cudaGraphDestroy(graph));
+  FMOE_CUDA(cudaStreamDestroy(stream));
+}
+
+TEST(EpLayerGpu, RejectsBadArguments) {
+  FMOE_SKIP_WITHOUT_GPU();
+  const EpCommunicator comm = EpCommunicator::single_rank();
+  {
+    MoeConfig shared = scaled(find_preset("deepseek-v3"), 256, 128, 16, Precision::bf16);
+    const ref::LayerWeights lw = ref::make_random_layer(shared, 1);
+    const cli::GpuLayer g = cli::make_gpu_layer(lw, nullptr);
+    MoeLayerWeights w = g.weights;
+    w.routing_bias = {};
+    expect_error([&] { EpMoeLayer(shared, w, comm, 8); }, "shared experts");
+  }
+  const MoeConfig cfg = routed_only("deepseek-v3", 256, 128, 16, Precision::bf16);
+  const ref::LayerWeights lw = ref::make_random_layer(cfg, 2);
+  const cli::GpuLayer g = cli::make_gpu_layer(lw, nullptr);
+  expect_error([&] { EpMoeLayer(cfg, g.weights, comm, 8); }, "routing_bias");
+  MoeLayerWeights local = g.weights;
+  local.routing_bias = {};
+  expect_error([&] { EpMoeLayer(cfg, local, comm, 0); }, "max_tokens_per_rank=0");
+  const EpMoeLayer ep(cfg, local, comm, 4);
+  const int H = cfg.hidden, k = cfg.top_k, T = 5;
+  DeviceBuffer x(size_t(T) * H * 2), ids(size_t(T) * k * 4), w(size_t(T) * k * 4), y(size_t(T) * H * 2);
+  const size_t ws_bytes = ep.workspace_size(EpCombine::choice_order, ReductionMode::fast);
+  DeviceBuffer ws(ws_bytes);
+  EpForwardArgs a;
+  a.x = TensorRef::contiguous(x.get(), DType::bf16, {T, H}, Device::cuda);
+  a.topk_ids = TensorRef::contiguous(ids.get(), DType::i32, {T, k}, Device::cuda);
+  a.topk_weights = TensorRef::contiguous(w.get(), DType::f32, {T, k}, Device::cuda);
+  a.y = TensorRef::contiguous(y.get(), DType::bf16, {T, H}, Device::cuda);
+  expect_error([&] { ep.forward(a, ws.get(), ws_bytes, nullptr); }, "max_tokens_per_rank=4");
+  for (auto* t : {&a.x, &a.topk_ids, &a.topk_weights, &a.y}) t->shape[0] = 4;
+  EpForwardArgs bad = a;
+  bad.topk_ids.dtype = DType::f32;
+  expect_error([&] { ep.forward(bad, ws.get(), ws_bytes, nullptr); }, "topk_ids");
+  expect_error([&] { ep.forward(a, ws.get(), ws_bytes - 1, nullptr); }, "workspace");
+  expect_error([&] { ep.forward(a, nullptr, ws_bytes, nullptr); }, "workspace is null");
+}
+
+// A small whole step for compute-sanitizer (scripts/gpu_check.sh): NCCL's own kernels run too.
+TEST(EpLayerSanitizer, OneRankSmall) {
+  FMOE_SKIP_WITHOUT_GPU();
+  const EpCommunicator comm = EpCommunicator::single_rank();
+  const MoeConfig cfg = routed_only("qwen3-30b-a3b", 256, 128, 16, Precision::fp8_block);
+  compare_one_rank(comm, cfg, 5, 8, 0.2f, 5);
+}
