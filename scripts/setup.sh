@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine lacks to build fusedmoe (cmake >= 3.24, ninja, a C++20 g++,
-# GoogleTest; for the Python package nanobind, scikit-build-core, numpy and pytest through pip),
-# then configures and builds into build/ (the Python extension included: build/python/fusedmoe).
-# Safe to run again: it installs nothing that is already there and rebuilds incrementally. CUDA
-# (nvcc) is used when present; without it the build is the CPU reference only and says so.
+# GoogleTest, NCCL with CUDA; for the Python package nanobind, scikit-build-core, numpy and
+# pytest through pip), then configures and builds into build/ (the Python extension included:
+# build/python/fusedmoe). Safe to run again: it installs nothing that is already there and
+# rebuilds incrementally. CUDA (nvcc) is used when present; without it the build is the CPU
+# reference only and says so.
 # FMOE_NO_PYTHON=1 leaves the Python package out; FMOE_PYTHON names the interpreter (python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -67,11 +68,24 @@ python_setup() {
 if [ "${FMOE_NO_PYTHON:-0}" != 1 ]; then python_setup; fi
 if ! have nvcc && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
 if have nvcc; then log "nvcc: $(nvcc --version | tail -1)"; else log "nvcc not found: building the CPU reference only"; fi
+# NCCL, for the expert-parallel layer's all-to-alls (CMakeLists.txt finds it): the CUDA toolkit's
+# copy, NCCL_ROOT's, or apt's libnccl-dev (NVIDIA's repository). Without it the build leaves the
+# EP layer out (-DFMOE_WITH_NCCL=OFF) and says so.
+NCCL_CMAKE_ARGS=""
+if have nvcc && [ -z "${NCCL_ROOT:-}" ]; then
+  cuda_root=$(dirname "$(dirname "$(command -v nvcc)")")
+  if [ ! -f "$cuda_root/include/nccl.h" ] && [ ! -f /usr/include/nccl.h ] && [ ! -f /usr/local/include/nccl.h ]; then
+    apt_install libnccl-dev || {
+      log "WARNING: NCCL is missing and could not be installed: building without the expert-parallel layer"
+      NCCL_CMAKE_ARGS="-DFMOE_WITH_NCCL=OFF"
+    }
+  fi
+fi
 
 BUILD_DIR=${FMOE_BUILD_DIR:-build}
 JOBS=${FMOE_JOBS:-$(nproc)}
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-  cmake -G Ninja -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release $PY_CMAKE_ARGS ${FMOE_CMAKE_ARGS:-} >/dev/null
+  cmake -G Ninja -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release $PY_CMAKE_ARGS $NCCL_CMAKE_ARGS ${FMOE_CMAKE_ARGS:-} >/dev/null
 elif [ -n "$PY_CMAKE_ARGS" ] && ! grep -q '^FMOE_BUILD_PYTHON:BOOL=ON$' "$BUILD_DIR/CMakeCache.txt"; then
   log "turning the Python extension on in $BUILD_DIR"
   cmake -S . -B "$BUILD_DIR" $PY_CMAKE_ARGS >/dev/null
