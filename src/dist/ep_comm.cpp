@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/cuda_check.hpp"
+#include "dist/ep_layer_steps.hpp"
 
 namespace fusedmoe {
 namespace {
@@ -72,11 +73,26 @@ EpCommunicator EpCommunicator::borrow(void* nccl_comm) {
   return EpCommunicator(std::move(impl));
 }
 
+// A nested class may use its enclosing class's private constructor.
+EpCommunicator EpCommunicator::Impl::simulated(int num_ranks, int rank) {
+  FMOE_REQUIRE(num_ranks >= 1 && rank >= 0 && rank < num_ranks,
+               "ep_simulated_communicator: rank=%d of num_ranks=%d", rank, num_ranks);
+  auto impl = std::make_unique<Impl>();
+  FMOE_CUDA(cudaGetDevice(&impl->device));
+  impl->rank = rank;
+  impl->num_ranks = num_ranks;
+  return EpCommunicator(std::move(impl));
+}
+
 int EpCommunicator::rank() const { return impl_->rank; }
 int EpCommunicator::num_ranks() const { return impl_->num_ranks; }
 void* EpCommunicator::nccl_comm() const { return impl_->comm; }
 
 namespace detail {
+
+EpCommunicator ep_simulated_communicator(int num_ranks, int rank) {
+  return EpCommunicator::Impl::simulated(num_ranks, rank);
+}
 
 void ep_all_to_all(const EpCommunicator::Impl& c, const void* send, void* recv,
                    size_t bytes_per_peer, cudaStream_t stream) {

@@ -30,6 +30,8 @@ struct EpCommunicator::Impl {
   int rank = 0, num_ranks = 0;
   int device = 0;  // the CUDA device of the communicator
   ~Impl();
+  /// No NCCL communicator: ep_simulated_communicator (ep_layer_steps.hpp).
+  static EpCommunicator simulated(int num_ranks, int rank);
 };
 
 namespace detail {

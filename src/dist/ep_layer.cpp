@@ -1,5 +1,6 @@
 // Host side of the expert-parallel layer (include/fusedmoe/ep_layer.hpp): validation, the
-// workspace carve-up and one step as a chain of launches and NCCL calls on the caller's stream:
+// workspace carve-up and one step as a chain of launches and NCCL calls on the caller's stream
+// (the steps apart: ep_layer_steps.hpp):
 //   dispatch kernels -> all-to-all of counts and rows -> receive kernel -> local MoeLayer (given
 //   routing) -> return kernel -> all-to-all of results -> combine kernel.
 // Every size is fixed by max_tokens_per_rank (cap): the local layer always runs on R * cap rows,
@@ -13,6 +14,7 @@
 #include "common/tensor_check.hpp"
 #include "dist/ep_comm.hpp"
 #include "dist/ep_kernels.hpp"
+#include "dist/ep_layer_steps.hpp"
 #include "dist/ep_plan.hpp"
 #include "fusedmoe/layer.hpp"
 #include "layer/layer_plan.hpp"
@@ -185,12 +187,11 @@ size_t EpMoeLayer::workspace_size(EpCombine combine, ReductionMode mode) const {
   return ep_workspace_layout(*impl_, combine, mode, nullptr, nullptr);
 }
 
-void EpMoeLayer::forward(const EpForwardArgs& a, void* workspace, size_t workspace_bytes,
-                         Stream stream_in) const {
-  using namespace detail;
-  const Impl& L = *impl_;
-  cudaStream_t stream = reinterpret_cast<cudaStream_t>(stream_in);
-  const bool choice = a.combine == EpCombine::choice_order;
+namespace detail {
+
+EpExchanges ep_check_forward(const EpMoeLayer& layer, const EpForwardArgs& a, void* workspace,
+                             size_t workspace_bytes) {
+  const EpMoeLayer::Impl& L = layer.impl();
   FMOE_REQUIRE(a.x.ndim == 2, "%s: x must be [T, H=%d] bf16, got %s", kOp, L.H,
                a.x.describe().c_str());
   FMOE_REQUIRE(a.x.shape[0] >= 0 && a.x.shape[0] <= L.cap,
@@ -210,12 +211,24 @@ void EpMoeLayer::forward(const EpForwardArgs& a, void* workspace, size_t workspa
                "need (size it with workspace_size)", kOp, workspace_bytes, need);
   EpWorkspace w;
   ep_workspace_layout(L, a.combine, a.mode, workspace, &w);
-  const int rows = L.R * L.cap;
+  // Fixed chunks whatever the counts say: the receiver reads only the rows below them.
+  const size_t ret_row_bytes = a.combine == EpCombine::choice_order ? size_t(L.k) * L.H * 4
+                                                                    : size_t(L.H) * 2;
+  EpExchanges x;
+  x.counts = {w.send_counts, w.recv_counts, sizeof(int32_t)};
+  x.rows = {w.send, w.recv, size_t(L.cap) * size_t(L.row.row_bytes)};
+  x.results = {w.ret_send, w.ret_recv, size_t(L.cap) * ret_row_bytes};
+  return x;
+}
 
-  // 1. Dispatch: the plan and the packed rows of this rank's tokens.
+void ep_dispatch(const EpMoeLayer& layer, const EpForwardArgs& a, void* workspace,
+                 cudaStream_t stream) {
+  const EpMoeLayer::Impl& L = layer.impl();
+  EpWorkspace w;
+  ep_workspace_layout(L, a.combine, a.mode, workspace, &w);
   EpDispatchParams dp;
   dp.part = L.part;
-  dp.T = T;
+  dp.T = int(a.x.shape[0]);
   dp.k = L.k;
   dp.cap = L.cap;
   dp.source_rank = L.rank;
@@ -233,13 +246,17 @@ void EpMoeLayer::forward(const EpForwardArgs& a, void* workspace, size_t workspa
   dp.send = w.send;
   dp.counters = w.counters;
   launch_ep_dispatch(dp, stream);
+}
 
-  // 2. The exchange: R counts, then R fixed chunks of cap rows (whatever the counts say: the
-  // receiver reads only the rows below them).
-  ep_all_to_all(*L.comm, w.send_counts, w.recv_counts, sizeof(int32_t), stream);
-  ep_all_to_all(*L.comm, w.send, w.recv, size_t(L.cap) * size_t(L.row.row_bytes), stream);
+void ep_local(const EpMoeLayer& layer, const EpForwardArgs& a, void* workspace,
+              cudaStream_t stream) {
+  const EpMoeLayer::Impl& L = layer.impl();
+  const bool choice = a.combine == EpCombine::choice_order;
+  const int rows = L.R * L.cap, device = L.comm->device;
+  EpWorkspace w;
+  ep_workspace_layout(L, a.combine, a.mode, workspace, &w);
 
-  // 3. Receive: the local layer's rows and routing, source-major.
+  // Receive: the local layer's rows and routing, source-major.
   EpReceiveParams rp;
   rp.part = L.part;
   rp.dest_rank = L.rank;
@@ -258,7 +275,7 @@ void EpMoeLayer::forward(const EpForwardArgs& a, void* workspace, size_t workspa
   rp.counters = w.counters;
   launch_ep_receive(rp, stream);
 
-  // 4. The local layer on all R * cap rows (rows that did not arrive carry only -1 ids, which its
+  // The local layer on all R * cap rows (rows that did not arrive carry only -1 ids, which its
   // drop rule skips); ids are not checked on the host (that would synchronize).
   const ReductionMode mode = local_mode(a.combine, a.mode);
   MoeForwardArgs la;
@@ -269,10 +286,10 @@ void EpMoeLayer::forward(const EpForwardArgs& a, void* workspace, size_t workspa
   la.validate_routing = false;
   la.y = TensorRef::contiguous(w.y_local, DType::bf16, {rows, L.H}, Device::cuda, device);
   la.mode = mode;
-  L.local->forward(la, w.local_ws, w.local_ws_bytes, stream);
+  L.local->forward(la, w.local_ws, w.local_ws_bytes, reinterpret_cast<Stream>(stream));
 
-  // 5. Results back to the rows' sources: each route's fp32 row (the local layer's deterministic
-  // rows, where its finalize reads them) or each row's bf16 sum (its y).
+  // Results to the rows' slots: each route's fp32 row (the local layer's deterministic rows,
+  // where its finalize reads them) or each row's bf16 sum (its y).
   LayerWorkspace lws;
   layer_workspace_layout(L.local->impl(), rows, mode, w.local_ws, &lws);
   EpReturnParams ret;
@@ -288,23 +305,44 @@ void EpMoeLayer::forward(const EpForwardArgs& a, void* workspace, size_t workspa
   ret.ld_local = L.H;
   ret.ret = w.ret_send;
   launch_ep_return(ret, stream);
-  const size_t ret_row_bytes = choice ? size_t(L.k) * L.H * 4 : size_t(L.H) * 2;
-  ep_all_to_all(*L.comm, w.ret_send, w.ret_recv, size_t(L.cap) * ret_row_bytes, stream);
+}
 
-  // 6. Combine on this rank.
+void ep_combine(const EpMoeLayer& layer, const EpForwardArgs& a, void* workspace,
+                cudaStream_t stream) {
+  const EpMoeLayer::Impl& L = layer.impl();
+  EpWorkspace w;
+  ep_workspace_layout(L, a.combine, a.mode, workspace, &w);
   EpCombineParams cp;
-  cp.T = T;
+  cp.T = int(a.x.shape[0]);
   cp.R = L.R;
   cp.k = L.k;
   cp.cap = L.cap;
   cp.H = L.H;
-  cp.choice_order = choice;
+  cp.choice_order = a.combine == EpCombine::choice_order;
   cp.token_row = w.token_row;
   cp.route_row = w.route_row;
   cp.ret = w.ret_recv;
   cp.y = static_cast<__nv_bfloat16*>(a.y.data);
   cp.ldy = a.y.stride[0];
   launch_ep_combine(cp, stream);
+}
+
+}  // namespace detail
+
+void EpMoeLayer::forward(const EpForwardArgs& a, void* workspace, size_t workspace_bytes,
+                         Stream stream_in) const {
+  using namespace detail;
+  const EpCommunicator::Impl& comm = *impl_->comm;
+  FMOE_REQUIRE(comm.comm != nullptr, "%s: the communicator has no NCCL communicator (a "
+               "simulated one, for tests)", kOp);
+  cudaStream_t stream = reinterpret_cast<cudaStream_t>(stream_in);
+  const EpExchanges x = ep_check_forward(*this, a, workspace, workspace_bytes);
+  ep_dispatch(*this, a, workspace, stream);
+  ep_all_to_all(comm, x.counts.send, x.counts.recv, x.counts.bytes_per_peer, stream);
+  ep_all_to_all(comm, x.rows.send, x.rows.recv, x.rows.bytes_per_peer, stream);
+  ep_local(*this, a, workspace, stream);
+  ep_all_to_all(comm, x.results.send, x.results.recv, x.results.bytes_per_peer, stream);
+  ep_combine(*this, a, workspace, stream);
 }
 
 EpStats EpMoeLayer::stats(const void* workspace, EpCombine combine, ReductionMode mode,

@@ -4,10 +4,19 @@
 // single-GPU MoeLayer on the same caller-given routing bit for bit in deterministic mode (choice
 // order always; rank order too, as at R = 1 every token's routes sit on one rank). Also: bad and
 // repeated ids, spare capacity (max_tokens_per_rank > T), CUDA-graph replay, argument errors.
-// The multi-rank runs need a multi-GPU machine (docs/status.md, issue 13).
+// R > 1 on one GPU: R layers, each with its slice of the experts, run the steps of a forward
+// (src/dist/ep_layer_steps.hpp) with copies between their buffers in place of NCCL (which cannot put two
+// ranks on one GPU); choice order must equal MoeLayer on all tokens bit for bit. The NCCL runs
+// with R > 1 need a multi-GPU machine (docs/status.md, issue 13).
 #include <cuda_runtime_api.h>
 
+#include <nccl.h>
+
+#include <cmath>
+
 #include "common/device_buffer.hpp"
+#include "dist/ep_layer_steps.hpp"
+#include "dist/ep_plan.hpp"
 #include "fusedmoe/ep_layer.hpp"
 #include "tests/layer/layer_test_util.hpp"
 
@@ -162,7 +171,7 @@ TEST(EpLayerGpu, OneRankEqualsMoeLayerBitwise) {
       routed_only("qwen3-30b-a3b", 256, 128, 16, Precision::bf16),
       routed_only("deepseek-v3", 272, 128, 16, Precision::fp8_block),  // H % 128 = 16, grouped ids
       routed_only("gpt-oss-120b", 256, 128, 8, Precision::bf16),      // biases, clamped swiglu
-      routed_only("mixtral-8x7b", 256, 192, 8, Precision::nvfp4),     // W4A16, I % 128 != 0
+      routed_only("mixtral-8x7b", 256, 128, 8, Precision::nvfp4),     // W4A16 (decode GEMVs at small T)
   };
   for (const MoeConfig& cfg : cfgs)
     for (int T : {1, 5, 40, 300}) {
@@ -285,4 +294,188 @@ TEST(EpLayerSanitizer, OneRankSmall) {
   const EpCommunicator comm = EpCommunicator::single_rank();
   const MoeConfig cfg = routed_only("qwen3-30b-a3b", 256, 128, 16, Precision::fp8_block);
   compare_one_rank(comm, cfg, 5, 8, 0.2f, 5);
+}
+
+namespace {
+
+// Experts [first, first + count) of a per-expert weight tensor [E, ...] (views, no copy).
+TensorRef expert_slice(TensorRef t, int first, int count) {
+  if (!t.data) return t;
+  t.data = static_cast<uint8_t*>(t.data) + int64_t(first) * t.stride[0] * int64_t(dtype_bytes(t.dtype));
+  t.shape[0] = count;
+  return t;
+}
+
+MoeLayerWeights rank_weights(const MoeLayerWeights& w, int first, int count) {
+  MoeLayerWeights s = w;
+  for (TensorRef* t : {&s.w13, &s.w13_scale, &s.w13_scale_2, &s.w2, &s.w2_scale, &s.w2_scale_2, &s.b13, &s.b2})
+    *t = expert_slice(*t, first, count);
+  s.routing_bias = {};
+  return s;
+}
+
+// R ranks with T_of[s] tokens each (the tokens of all ranks, concatenated, are one MoeLayer call).
+void compare_simulated_ranks(const MoeConfig& cfg, const std::vector<int>& T_of, int cap,
+                             float bad_rate, uint64_t seed) {
+  const int R = int(T_of.size()), H = cfg.hidden, k = cfg.top_k;
+  int T = 0;
+  for (int t : T_of) T += t;
+  LayerCase c;
+  c.cfg = cfg;
+  c.T = T;
+  c.mode = ReductionMode::deterministic;
+  c.route = LayerRoute::given;
+  std::string ctx = c.describe() + strf(" R=%d cap=%d bad=%.2f seed %llu T_s =", R, cap,
+                                        double(bad_rate), (unsigned long long)seed);
+  for (int t : T_of) ctx += strf(" %d", t);
+  const LayerData d = make_layer_data(c, seed);
+  const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+  const std::vector<int32_t> ids = with_bad_ids(d.given.ids, T, k, cfg.num_experts, seed, bad_rate);
+  const Inputs all = upload(d, ids, T);
+  const std::vector<uint16_t> want = run_single(*g.layer, all, H, k, nullptr);
+
+  const detail::ExpertPartition part(cfg.num_experts, R);
+  std::vector<EpCommunicator> comms;
+  std::vector<std::unique_ptr<EpMoeLayer>> layers;
+  for (int r = 0; r < R; ++r) {
+    comms.push_back(detail::ep_simulated_communicator(R, r));
+    layers.push_back(std::make_unique<EpMoeLayer>(
+        cfg, rank_weights(g.weights, part.first(r), part.count(r)), comms.back(), cap));
+    ASSERT_EQ(layers.back()->first_expert(), part.first(r)) << ctx;
+  }
+  for (EpCombine combine : {EpCombine::choice_order, EpCombine::rank_order}) {
+    const bool choice = combine == EpCombine::choice_order;
+    const std::string ctx2 = ctx + (choice ? " choice_order" : " rank_order");
+    std::vector<DeviceBuffer> ws, y;
+    std::vector<EpForwardArgs> args;
+    std::vector<detail::EpExchanges> ex;
+    int t0 = 0;
+    for (int r = 0; r < R; ++r) {
+      const size_t ws_bytes = layers[size_t(r)]->workspace_size(combine, ReductionMode::deterministic);
+      ws.emplace_back(ws_bytes);
+      ws.back().fill(0xFF);
+      y.emplace_back(std::max<size_t>(size_t(T_of[size_t(r)]) * H * 2, 16));
+      y.back().fill(0xFF);
+      const int Tr = T_of[size_t(r)];
+      EpForwardArgs a;
+      a.x = TensorRef::contiguous(all.x.get<uint16_t>() + size_t(t0) * H, DType::bf16, {Tr, H}, Device::cuda);
+      a.topk_ids = TensorRef::contiguous(all.ids.get<int32_t>() + size_t(t0) * k, DType::i32, {Tr, k}, Device::cuda);
+      a.topk_weights = TensorRef::contiguous(all.weights.get<float>() + size_t(t0) * k, DType::f32, {Tr, k}, Device::cuda);
+      a.y = TensorRef::contiguous(y.back().get(), DType::bf16, {Tr, H}, Device::cuda);
+      a.combine = combine;
+      a.mode = ReductionMode::deterministic;
+      args.push_back(a);
+      ex.push_back(detail::ep_check_forward(*layers[size_t(r)], a, ws.back().get(), ws_bytes));
+      t0 += Tr;
+    }
+    // The all-to-all: chunk d of rank s's send -> chunk s of rank d's receive.
+    auto exchange = [&](detail::EpExchange detail::EpExchanges::*which) {
+      for (int s = 0; s < R; ++s)
+        for (int dst = 0; dst < R; ++dst) {
+          const detail::EpExchange& from = ex[size_t(s)].*which;
+          const detail::EpExchange& to = ex[size_t(dst)].*which;
+          const size_t b = from.bytes_per_peer;
+          if (b == 0) continue;
+          FMOE_CUDA(cudaMemcpyAsync(static_cast<uint8_t*>(to.recv) + size_t(s) * b,
+                                    static_cast<const uint8_t*>(from.send) + size_t(dst) * b, b,
+                                    cudaMemcpyDeviceToDevice, nullptr));
+        }
+    };
+    for (int r = 0; r < R; ++r) detail::ep_dispatch(*layers[size_t(r)], args[size_t(r)], ws[size_t(r)].get(), nullptr);
+    exchange(&detail::EpExchanges::counts);
+    exchange(&detail::EpExchanges::rows);
+    for (int r = 0; r < R; ++r) detail::ep_local(*layers[size_t(r)], args[size_t(r)], ws[size_t(r)].get(), nullptr);
+    exchange(&detail::EpExchanges::results);
+    for (int r = 0; r < R; ++r) detail::ep_combine(*layers[size_t(r)], args[size_t(r)], ws[size_t(r)].get(), nullptr);
+    FMOE_CUDA(cudaDeviceSynchronize());
+
+    t0 = 0;
+    double err2 = 0, ref2 = 0;
+    for (int r = 0; r < R; ++r) {
+      const int Tr = T_of[size_t(r)];
+      std::vector<uint16_t> got = y[size_t(r)].to_host<uint16_t>();
+      got.resize(size_t(Tr) * H);
+      const std::vector<uint16_t> part_want(want.begin() + ptrdiff_t(size_t(t0) * H),
+                                            want.begin() + ptrdiff_t(size_t(t0 + Tr) * H));
+      if (choice) {
+        expect_bitwise(got, part_want, H, ctx2 + strf(" rank %d", r));
+        if (testing::Test::HasFatalFailure()) return;
+      } else {
+        // Rank order: another association of the same route rows, each rank's sum rounded to
+        // bf16 once: close, not bitwise, where a token's routes span ranks.
+        for (size_t i = 0; i < got.size(); ++i) {
+          const double a = fmt::bf16_to_float(got[i]), b = fmt::bf16_to_float(part_want[i]);
+          ASSERT_TRUE(std::isfinite(a)) << ctx2 << " rank " << r << " element " << i;
+          err2 += (a - b) * (a - b);
+          ref2 += b * b;
+        }
+      }
+      const EpStats st = layers[size_t(r)]->stats(ws[size_t(r)].get(), combine, ReductionMode::deterministic, nullptr);
+      EXPECT_EQ(st.overflow_rows, 0) << ctx2 << " rank " << r;
+      EXPECT_EQ(st.received_bad_slots, 0) << ctx2 << " rank " << r;
+      EXPECT_EQ(st.received_bad_counts, 0) << ctx2 << " rank " << r;
+      t0 += Tr;
+    }
+    if (!choice) {
+      EXPECT_LE(std::sqrt(err2), 1e-2 * std::sqrt(ref2) + 1e-6) << ctx2 << ": relative L2";
+    }
+  }
+}
+
+}  // namespace
+
+TEST(EpLayerGpu, SimulatedRanksEqualMoeLayer) {
+  FMOE_SKIP_WITHOUT_GPU();
+  struct Case { MoeConfig cfg; std::vector<int> T_of; };
+  const Case cases[] = {
+      {routed_only("qwen3-30b-a3b", 256, 128, 16, Precision::fp8_block), {5, 17}},          // 8 + 8 experts
+      {routed_only("qwen3-30b-a3b", 256, 128, 32, Precision::bf16), {1, 0, 40, 9}},        // an empty rank
+      {routed_only("deepseek-v3", 272, 128, 16, Precision::fp8_block), {30, 30}},
+      {routed_only("mixtral-8x7b", 256, 128, 10, Precision::fp8_block), {7, 3, 12}},       // 4, 3, 3 experts
+      {routed_only("gpt-oss-120b", 256, 128, 8, Precision::bf16), {6, 11}},                 // biases
+  };
+  for (const Case& c : cases) {
+    int max_t = 1;
+    for (int t : c.T_of) max_t = std::max(max_t, t);
+    for (uint64_t seed : seeds_for(hash_ints({c.cfg.hidden, c.cfg.num_experts, int(c.T_of.size()), max_t}))) {
+      compare_simulated_ranks(c.cfg, c.T_of, max_t, 0.0f, seed);
+      compare_simulated_ranks(c.cfg, c.T_of, max_t + 5, 0.25f, seed);
+      if (testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST(EpLayerGpu, BorrowsACallersCommunicator) {
+  FMOE_SKIP_WITHOUT_GPU();
+  int dev = 0;
+  FMOE_CUDA(cudaGetDevice(&dev));
+  ncclComm_t raw = nullptr;
+  ASSERT_EQ(ncclCommInitAll(&raw, 1, &dev), ncclSuccess);
+  {
+    const EpCommunicator comm = EpCommunicator::borrow(raw);
+    EXPECT_EQ(comm.num_ranks(), 1);
+    EXPECT_EQ(comm.rank(), 0);
+    EXPECT_EQ(comm.nccl_comm(), static_cast<void*>(raw));
+    compare_one_rank(comm, routed_only("qwen3-30b-a3b", 256, 128, 16, Precision::bf16), 5, 5, 0.0f, 3);
+  }
+  EXPECT_EQ(ncclCommDestroy(raw), ncclSuccess);  // still the caller's: borrow did not destroy it
+}
+
+TEST(EpLayerGpu, ForwardRefusesASimulatedCommunicator) {
+  FMOE_SKIP_WITHOUT_GPU();
+  const EpCommunicator sim = detail::ep_simulated_communicator(1, 0);
+  const MoeConfig cfg = routed_only("qwen3-30b-a3b", 256, 128, 16, Precision::bf16);
+  const ref::LayerWeights lw = ref::make_random_layer(cfg, 4);
+  const cli::GpuLayer g = cli::make_gpu_layer(lw, nullptr);
+  const EpMoeLayer ep(cfg, g.weights, sim, 4);
+  Inputs in{DeviceBuffer(16), DeviceBuffer(16), DeviceBuffer(16), 0};
+  expect_error([&] { run_ep(ep, in, cfg.hidden, cfg.top_k, EpCombine::choice_order, nullptr); },
+               "no NCCL communicator");
+}
+
+// R = 3 simulated on one GPU for compute-sanitizer: only fusedmoe's kernels and copies run.
+TEST(EpLayerSanitizer, SimulatedThreeRanks) {
+  FMOE_SKIP_WITHOUT_GPU();
+  compare_simulated_ranks(routed_only("mixtral-8x7b", 256, 128, 10, Precision::fp8_block), {4, 0, 6}, 6,
+                          0.2f, 21);
 }
