@@ -186,13 +186,16 @@ TEST(EpLayerGpu, OneRankEqualsMoeLayerBitwise) {
 TEST(EpLayerGpu, OneRankBadIdsAndSpareCapacity) {
   FMOE_SKIP_WITHOUT_GPU();
   // max_tokens_per_rank > T: the local layer runs on cap rows, the spare ones without routes;
-  // bad ids: a token whose routes are all dropped sends no row, so the compact rows shift. Each
-  // route's row depends only on its token, expert and weight, so y is still MoeLayer's.
+  // bad ids: a token whose routes are all dropped sends no row, so the compact rows shift. A
+  // route's row depends only on its token, expert and weight (given the same config), so y is
+  // still MoeLayer's.
   const EpCommunicator comm = EpCommunicator::single_rank();
   const MoeConfig cfg = routed_only("qwen3-30b-a3b", 256, 128, 16, Precision::fp8_block);
-  for (int T : {1, 7, 40})
+  // (T, cap) pairs where T k / E and cap k / E pick the same token tile (select_block_t): 16, 16, 64.
+  const std::pair<int, int> t_cap[] = {{1, 10}, {7, 11}, {40, 49}};
+  for (auto [T, cap] : t_cap)
     for (uint64_t seed : seeds_for(hash_ints({T, 17}))) {
-      compare_one_rank(comm, cfg, T, T + 9, 0.0f, seed);
+      compare_one_rank(comm, cfg, T, cap, 0.0f, seed);
       compare_one_rank(comm, cfg, T, T, 0.3f, seed);
       if (testing::Test::HasFatalFailure()) return;
     }
@@ -426,22 +429,48 @@ void compare_simulated_ranks(const MoeConfig& cfg, const std::vector<int>& T_of,
 
 }  // namespace
 
+// The local layers run on R * cap rows over their E / R experts, MoeLayer on all tokens over E:
+// the config choice sees different rows per expert. A route's row can be bitwise the same only
+// where both pick the same token tile (select_block_t: T k / E rows per expert; the operand form
+// and the waves follow from it), so the cases keep both sides in one bracket: > 40 rows per
+// expert (BLOCK_T = 128) for prefill, <= 6 (BLOCK_T = 16) for decode.
 TEST(EpLayerGpu, SimulatedRanksEqualMoeLayer) {
   FMOE_SKIP_WITHOUT_GPU();
   struct Case { MoeConfig cfg; std::vector<int> T_of; };
   const Case cases[] = {
-      {routed_only("qwen3-30b-a3b", 256, 128, 16, Precision::fp8_block), {5, 17}},          // 8 + 8 experts
-      {routed_only("qwen3-30b-a3b", 256, 128, 32, Precision::bf16), {1, 0, 40, 9}},        // an empty rank
-      {routed_only("deepseek-v3", 272, 128, 16, Precision::fp8_block), {30, 30}},
-      {routed_only("mixtral-8x7b", 256, 128, 10, Precision::fp8_block), {7, 3, 12}},       // 4, 3, 3 experts
-      {routed_only("gpt-oss-120b", 256, 128, 8, Precision::bf16), {6, 11}},                 // biases
+      {routed_only("qwen3-30b-a3b", 256, 128, 16, Precision::fp8_block), {60, 50}},        // 8 + 8 experts
+      {routed_only("qwen3-30b-a3b", 256, 128, 32, Precision::bf16), {1, 0, 200, 9}},      // an empty rank
+      {routed_only("deepseek-v3", 272, 128, 16, Precision::fp8_block), {30, 60}},
+      {routed_only("mixtral-8x7b", 256, 128, 10, Precision::fp8_block), {150, 3, 120}},   // 4, 3, 3 experts
+      {routed_only("gpt-oss-120b", 256, 128, 8, Precision::bf16), {50, 41}},               // biases
   };
   for (const Case& c : cases) {
-    int max_t = 1;
-    for (int t : c.T_of) max_t = std::max(max_t, t);
+    int max_t = 1, total = 0;
+    for (int t : c.T_of) max_t = std::max(max_t, t), total += t;
+    ASSERT_GT(double(total) * c.cfg.top_k / c.cfg.num_experts, 40.0) << "a prefill case";
     for (uint64_t seed : seeds_for(hash_ints({c.cfg.hidden, c.cfg.num_experts, int(c.T_of.size()), max_t}))) {
       compare_simulated_ranks(c.cfg, c.T_of, max_t, 0.0f, seed);
       compare_simulated_ranks(c.cfg, c.T_of, max_t + 5, 0.25f, seed);
+      if (testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST(EpLayerGpu, SimulatedRanksAtDecode) {
+  FMOE_SKIP_WITHOUT_GPU();
+  struct Case { MoeConfig cfg; std::vector<int> T_of; int cap; };
+  const Case cases[] = {
+      {routed_only("mixtral-8x7b", 256, 128, 10, Precision::fp8_block), {2, 0, 3}, 3},
+      {routed_only("qwen3-30b-a3b", 256, 128, 32, Precision::bf16), {1, 1, 0, 1}, 1},
+      {routed_only("qwen3-30b-a3b", 256, 128, 16, Precision::fp8_block), {3, 2}, 3},
+  };
+  for (const Case& c : cases) {
+    const int R = int(c.T_of.size());
+    const detail::ExpertPartition part(c.cfg.num_experts, R);
+    ASSERT_LE(double(R) * c.cap * c.cfg.top_k / part.count(R - 1), 6.0) << "a decode case";
+    for (uint64_t seed : seeds_for(hash_ints({c.cfg.hidden, c.cfg.num_experts, R, c.cap}))) {
+      compare_simulated_ranks(c.cfg, c.T_of, c.cap, 0.0f, seed);
+      compare_simulated_ranks(c.cfg, c.T_of, c.cap, 0.25f, seed);
       if (testing::Test::HasFatalFailure()) return;
     }
   }
