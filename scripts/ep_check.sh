@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The expert-parallel layer's checks on a GPU machine (one GPU is enough; issue 13): builds the EP
+# targets, runs the EP tests (and the single-GPU layer's, which the EP layer runs inside), then
+# the *Sanitizer* cases of both EP binaries under the four compute-sanitizer tools. One summary
+# line per step; exits nonzero if any step failed. A binary that skips every case (exit 77) counts
+# as a failure here: this script is for machines with a GPU.
+#   scripts/ep_check.sh [--no-build] [--tools "memcheck racecheck"]
+# Environment: FMOE_BUILD_DIR (build), FMOE_CMAKE_ARGS, NCCL_ROOT (CMake also finds the toolkit's
+# NCCL and PyTorch's pip copy by itself).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+
+BUILD_DIR=${FMOE_BUILD_DIR:-build}
+TOOLS="memcheck racecheck synccheck initcheck"
+BUILD=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-build) BUILD=0 ;;
+    --tools) TOOLS="$2"; shift ;;
+    *) echo "usage: scripts/ep_check.sh [--no-build] [--tools \"memcheck ...\"]" >&2; exit 2 ;;
+  esac
+  shift
+done
+# NVLink multicast stays off on the lent machines (EpCommunicator sets it too when unset).
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+
+summary=()
+status=0
+note() { summary+=("$1"); echo "[ep_check] $1"; }
+TESTS="test_ep_plan test_ep_kernels_gpu test_ep_layer_gpu test_layer_gpu"
+
+if [ "$BUILD" = 1 ]; then
+  # shellcheck disable=SC2086  # FMOE_CMAKE_ARGS holds several arguments
+  if ! cmake -G Ninja -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release ${FMOE_CMAKE_ARGS:-} \
+       >"$BUILD_DIR.ep_configure.log" 2>&1; then
+    tail -20 "$BUILD_DIR.ep_configure.log"
+    echo "[ep_check] configure: FAILED"
+    exit 1
+  fi
+  if ! grep -q "fusedmoe: NCCL " "$BUILD_DIR.ep_configure.log"; then
+    grep -i -A3 "nccl" "$BUILD_DIR.ep_configure.log"
+    echo "[ep_check] configure: NCCL not found (set NCCL_ROOT): the EP layer is not built"
+    exit 1
+  fi
+  note "configure: $(grep -o 'fusedmoe: NCCL .*' "$BUILD_DIR.ep_configure.log")"
+  # shellcheck disable=SC2086  # TESTS is a list of targets
+  if ! cmake --build "$BUILD_DIR" -j "$(nproc)" --target $TESTS >"$BUILD_DIR.ep_build.log" 2>&1; then
+    grep -E "error" "$BUILD_DIR.ep_build.log" | head -20
+    echo "[ep_check] build: FAILED (log: $BUILD_DIR.ep_build.log)"
+    exit 1
+  fi
+  note "build: ok"
+fi
+
+for t in $TESTS; do
+  log="$BUILD_DIR/ep_check_$t.log"
+  "$BUILD_DIR/tests/$t" >"$log" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    note "$t: passed ($(grep -Eo '[0-9]+ tests? from [0-9]+ test suites? ran' "$log" | tail -1))"
+  else
+    status=1
+    grep -E "FAILED|Failure|error|SKIPPED" "$log" | head -20
+    note "$t: FAILED (exit $rc; 77 = every case skipped; log: $log)"
+  fi
+done
+
+SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+if [ -z "$SAN" ]; then
+  note "sanitizers: compute-sanitizer not found"
+  status=1
+else
+  for tool in $TOOLS; do
+    extra=()
+    [ "$tool" = racecheck ] && extra=(--racecheck-report all)
+    for t in test_ep_kernels_gpu test_ep_layer_gpu; do
+      log="$BUILD_DIR/ep_sanitizer_${tool}_$t.log"
+      "$SAN" --tool "$tool" "${extra[@]}" --error-exitcode 3 "$BUILD_DIR/tests/$t" \
+          --gtest_filter='*Sanitizer*' >"$log" 2>&1
+      rc=$?
+      n=$(grep -Eo '(ERROR|RACECHECK) SUMMARY: [0-9]+' "$log" | grep -Eo '[0-9]+$' | tail -1)
+      if [ $rc -eq 0 ]; then
+        note "$tool $t: ${n:-0} errors"
+      else
+        status=1
+        note "$tool $t: FAILED (exit $rc, ${n:-?} errors; log: $log; a report inside NCCL's own kernels is NCCL's)"
+      fi
+    done
+  done
+fi
+
+echo "[ep_check] summary:"
+printf '  %s\n' "${summary[@]}"
+exit $status
