@@ -13,6 +13,8 @@
 #include <nccl.h>
 
 #include <cmath>
+#include <exception>
+#include <thread>
 
 #include "common/device_buffer.hpp"
 #include "dist/ep_layer_steps.hpp"
@@ -509,4 +511,103 @@ TEST(EpLayerSanitizer, SimulatedThreeRanks) {
   FMOE_SKIP_WITHOUT_GPU();
   compare_simulated_ranks(routed_only("mixtral-8x7b", 256, 128, 10, Precision::fp8_block), {4, 0, 6}, 6,
                           0.2f, 21, /*exact=*/false);
+}
+
+namespace {
+
+// R = the GPUs of this machine, one thread each, over a real NCCL communicator (ncclCommInitAll
+// here, borrowed by each rank): the NCCL transport between GPUs, which one GPU cannot test.
+// choice_order must equal MoeLayer (on GPU 0, all tokens) bit for bit; the tokens per rank keep
+// both sides on BLOCK_T = 128 (see SimulatedRanksEqualMoeLayer).
+void compare_nccl_ranks(int R, const MoeConfig& cfg, int tokens_per_rank, uint64_t seed) {
+  const int H = cfg.hidden, k = cfg.top_k, T = R * tokens_per_rank;
+  LayerCase c;
+  c.cfg = cfg;
+  c.T = T;
+  c.mode = ReductionMode::deterministic;
+  c.route = LayerRoute::given;
+  const std::string ctx = c.describe() + strf(" R=%d (GPUs) seed %llu", R, (unsigned long long)seed);
+  const LayerData d = make_layer_data(c, seed);
+  FMOE_CUDA(cudaSetDevice(0));
+  std::vector<uint16_t> want;
+  {
+    const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+    want = run_single(*g.layer, upload(d, d.given.ids, T), H, k, nullptr);
+  }
+  std::vector<int> devs(static_cast<size_t>(R));
+  for (int r = 0; r < R; ++r) devs[size_t(r)] = r;
+  std::vector<ncclComm_t> raw(static_cast<size_t>(R), nullptr);
+  setenv("NCCL_NVLS_ENABLE", "0", 0);  // before NCCL reads its environment (EpCommunicator does the same)
+  ASSERT_EQ(ncclCommInitAll(raw.data(), R, devs.data()), ncclSuccess) << ctx;
+  const detail::ExpertPartition part(cfg.num_experts, R);
+  for (EpCombine combine : {EpCombine::choice_order, EpCombine::rank_order}) {
+    const bool choice = combine == EpCombine::choice_order;
+    std::vector<std::vector<uint16_t>> got(static_cast<size_t>(R));
+    std::vector<std::string> errors(static_cast<size_t>(R));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < R; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          FMOE_CUDA(cudaSetDevice(r));
+          const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);  // this GPU's copy
+          const EpCommunicator comm = EpCommunicator::borrow(raw[size_t(r)]);
+          const EpMoeLayer ep(cfg, rank_weights(g.weights, part.first(r), part.count(r)), comm,
+                              tokens_per_rank);
+          LayerData mine;
+          const size_t t0 = size_t(r) * tokens_per_rank;
+          mine.x_bits.assign(d.x_bits.begin() + ptrdiff_t(t0 * H), d.x_bits.begin() + ptrdiff_t((t0 + tokens_per_rank) * H));
+          mine.given.weights.assign(d.given.weights.begin() + ptrdiff_t(t0 * k),
+                                    d.given.weights.begin() + ptrdiff_t((t0 + tokens_per_rank) * k));
+          const std::vector<int32_t> ids(d.given.ids.begin() + ptrdiff_t(t0 * k),
+                                         d.given.ids.begin() + ptrdiff_t((t0 + tokens_per_rank) * k));
+          cudaStream_t stream;
+          FMOE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+          got[size_t(r)] = run_ep(ep, upload(mine, ids, tokens_per_rank), H, k, combine, stream);
+          FMOE_CUDA(cudaStreamDestroy(stream));
+        } catch (const std::exception& e) {
+          errors[size_t(r)] = e.what();
+        }
+      });
+    for (std::thread& t : threads) t.join();
+    FMOE_CUDA(cudaSetDevice(0));
+    double err2 = 0, ref2 = 0;
+    for (int r = 0; r < R; ++r) {
+      ASSERT_EQ(errors[size_t(r)], "") << ctx << " rank " << r;
+      const std::vector<uint16_t> part_want(want.begin() + ptrdiff_t(size_t(r) * tokens_per_rank * H),
+                                            want.begin() + ptrdiff_t(size_t(r + 1) * tokens_per_rank * H));
+      if (choice) {
+        expect_bitwise(got[size_t(r)], part_want, H, ctx + strf(" choice_order rank %d", r));
+        if (testing::Test::HasFatalFailure()) break;
+      } else {
+        for (size_t i = 0; i < part_want.size(); ++i) {
+          const double a = fmt::bf16_to_float(got[size_t(r)][i]), b = fmt::bf16_to_float(part_want[i]);
+          ASSERT_TRUE(std::isfinite(a)) << ctx << " rank_order rank " << r << " element " << i;
+          err2 += (a - b) * (a - b);
+          ref2 += b * b;
+        }
+      }
+    }
+    if (!choice) {
+      EXPECT_LE(std::sqrt(err2), 1e-2 * std::sqrt(ref2) + 1e-6) << ctx << " rank_order: relative L2";
+    }
+    if (testing::Test::HasFatalFailure()) break;
+  }
+  for (ncclComm_t comm : raw) ncclCommDestroy(comm);
+}
+
+}  // namespace
+
+// Needs two or more GPUs (a multi-GPU kind: nvidia-h100-x2 / -x4 / -x8); skips with one.
+TEST(EpLayerMultiGpu, RanksOverNcclEqualMoeLayer) {
+  FMOE_SKIP_WITHOUT_GPU();
+  int gpus = 0;
+  FMOE_CUDA(cudaGetDeviceCount(&gpus));
+  if (gpus < 2) GTEST_SKIP() << "needs two or more GPUs (one rank per GPU), found " << gpus;
+  const int R = std::min(gpus, 8);
+  // E = 8 experts per rank >= top_k = 8; > 40 rows per expert on both sides.
+  const MoeConfig cfg = routed_only("qwen3-30b-a3b", 256, 128, 8 * R, Precision::fp8_block);
+  for (uint64_t seed : seeds_for(hash_ints({R, 29}))) {
+    compare_nccl_ranks(R, cfg, 48, seed);
+    if (testing::Test::HasFatalFailure()) return;
+  }
 }
