@@ -1,5 +1,6 @@
 // Launchers of the expert-parallel kernels; the only TU that includes them. No PDL: the kernels
 // sit between NCCL's and each reads what the previous one wrote in full.
+#include <algorithm>
 #include <climits>
 #include <cstddef>
 
@@ -53,11 +54,8 @@ void launch_ep_receive(const EpReceiveParams& p, cudaStream_t stream) {
   const int E_local = p.part.base + (p.dest_rank < p.part.extra ? 1 : 0);
   FMOE_CUDA(cudaMemsetAsync(&p.counters->recv_dropped, 0, 3 * sizeof(unsigned long long), stream));
   FMOE_CUDA(cudaMemsetAsync(p.expert_counts, 0, size_t(E_local) * sizeof(int32_t), stream));
-  const int64_t rows = int64_t(R) * p.cap;
-  if (rows == 0) {  // no rows can arrive: the offsets are all zero
-    FMOE_CUDA(cudaMemsetAsync(p.recv_offsets, 0, size_t(R + 1) * sizeof(int32_t), stream));
-    return;
-  }
+  // At least one warp, even for cap = 0: it writes the offsets and counts the clamped counts.
+  const int64_t rows = std::max<int64_t>(int64_t(R) * p.cap, 1);
   launch_kernel(ep_receive_kernel, dim3(grid_of(rows, Cfg::kRowsPerCta)), dim3(Cfg::kRowThreads), 0,
                 stream, false, p);
   FMOE_CHECK_LAUNCH("ep_receive_kernel", stream);

@@ -138,17 +138,6 @@ __global__ void __launch_bounds__(EpKernelConfig::kRowThreads)
 ep_receive_kernel(const __grid_constant__ EpReceiveParams p) {
   const int lane = threadIdx.x % 32, R = p.part.num_ranks, k = p.k;
   const int64_t r = int64_t(blockIdx.x) * EpKernelConfig::kRowsPerCta + threadIdx.x / 32;
-  if (r >= int64_t(R) * p.cap) return;
-  const int E_local = p.part.base + (p.dest_rank < p.part.extra ? 1 : 0);
-  // The exclusive scan of the clamped counts, walked until the source that holds row r (the
-  // counts come over the wire: a value outside [0, cap] is clamped, so no chunk is over-read).
-  int32_t offset = 0, source = -1, num_rows = 0;
-  for (int s = 0; s < R; ++s) {
-    const int32_t c = min(max(p.recv_counts[s], 0), p.cap);
-    if (source < 0 && r < offset + c) source = s;
-    if (source < 0) offset += c;
-    num_rows += c;
-  }
   if (r == 0 && lane == 0) {  // one thread writes the offsets and counts the clamped values
     int32_t o = 0;
     unsigned long long clamped = 0;
@@ -160,6 +149,16 @@ ep_receive_kernel(const __grid_constant__ EpReceiveParams p) {
     }
     p.recv_offsets[R] = o;
     if (clamped) atomicAdd(&p.counters->recv_clamped, clamped);
+  }
+  if (r >= int64_t(R) * p.cap) return;  // (the grid has at least one warp, for the offsets)
+  const int E_local = p.part.base + (p.dest_rank < p.part.extra ? 1 : 0);
+  // The exclusive scan of the clamped counts, walked until the source that holds row r (the
+  // counts come over the wire: a value outside [0, cap] is clamped, so no chunk is over-read).
+  int32_t offset = 0, source = -1;
+  for (int s = 0; s < R; ++s) {
+    const int32_t c = min(max(p.recv_counts[s], 0), p.cap);
+    if (source < 0 && r < offset + c) source = s;
+    if (source < 0) offset += c;
   }
   uint8_t* x = p.x + r * p.x_ld_bytes;
   int32_t* out_ids = p.local_ids + r * k;

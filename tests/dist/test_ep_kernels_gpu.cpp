@@ -183,8 +183,7 @@ TEST(EpKernelsGpu, DispatchMatchesThePlan) {
     for (int T : {0, 1, 5, 37, 300, 600})  // 300, 600: several 256-token scan tiles
       for (int k : {1, 2, 4, 8}) {
         if (k > s.E) continue;
-        for (int cap : {T, T / 3, 1}) {
-          if (cap < 1) continue;
+        for (int cap : {T, T / 3 + 1, 1, 0}) {  // cap 0: every row overflows
           for (float bad : {0.0f, 0.2f})
             for (bool rank0 : {false, true}) {
               const DispatchCase c{s.E, s.R, T, k, cap, int(T % s.R), k == 2 ? 48 : 64, bad, rank0};
@@ -358,7 +357,7 @@ TEST(EpKernelsGpu, ReceiveMatchesThePlan) {
     for (int k : {1, 2, 4}) {
       if (k > s.E / s.R) continue;
       for (int T : {0, 1, 9, 40})
-        for (int cap : {1, 7, 40})
+        for (int cap : {0, 1, 7, 40})
           for (bool corrupt : {false, true}) {
             const ReceiveCase c{s.E, s.R, s.R - 1, k, cap, T, corrupt};
             for (uint64_t seed : test::seeds_for(test::hash_ints({s.E, s.R, k, T, cap, corrupt}))) {
