@@ -494,6 +494,18 @@ TEST(EpLayerGpu, BorrowsACallersCommunicator) {
   EXPECT_EQ(ncclCommDestroy(raw), ncclSuccess);  // still the caller's: borrow did not destroy it
 }
 
+// The multi-process entry point (ncclGetUniqueId + ncclCommInitRank), with one rank.
+TEST(EpLayerGpu, CreatesOneRankFromAUniqueId) {
+  FMOE_SKIP_WITHOUT_GPU();
+  const EpUniqueId id = ep_unique_id();
+  const EpCommunicator comm = EpCommunicator::create(1, 0, id);
+  EXPECT_EQ(comm.num_ranks(), 1);
+  EXPECT_EQ(comm.rank(), 0);
+  EXPECT_NE(comm.nccl_comm(), nullptr);
+  compare_one_rank(comm, routed_only("qwen3-30b-a3b", 256, 128, 16, Precision::fp8_block), 9, 9, 0.0f, 6);
+  expect_error([&] { EpCommunicator::create(2, 2, id); }, "rank=2 must be in [0, 2)");
+}
+
 TEST(EpLayerGpu, ForwardRefusesASimulatedCommunicator) {
   FMOE_SKIP_WITHOUT_GPU();
   const EpCommunicator sim = detail::ep_simulated_communicator(1, 0);
