@@ -43,6 +43,11 @@ struct BenchOp {
   /// Optional: checks that span several options (a custom shape's sizes against each other),
   /// throwing cli::UsageError; called with the per-option checks, before the GPU is touched.
   void (*check)(const cli::Args&) = nullptr;
+  /// Optional: an op that runs as several processes (bench --op ep_layer). In the process the
+  /// user started (no --ep-child), `launch` runs instead of the ceilings and `run`: it checks
+  /// what needs the machine and starts the rank processes, which run the op (tools/ep_launch.hpp);
+  /// `argv` are bench's arguments as given. Returns the exit status.
+  int (*launch)(const cli::Args&, const std::vector<std::string>& argv) = nullptr;
 };
 
 std::vector<BenchOp>& bench_ops();

@@ -9,6 +9,7 @@
 #include "fusedmoe/config.hpp"
 #include "fusedmoe/device.hpp"
 #include "tools/cli.hpp"
+#include "tools/ep_launch.hpp"
 
 namespace fusedmoe::bench {
 std::vector<BenchOp>& bench_ops() {
@@ -137,6 +138,7 @@ int cmd_bench(const std::vector<std::string>& argv_in) {
     op = &find_op(name);
     valued.insert("op");
     for (const bench::BenchOption& o : op->options) valued.insert(o.name);
+    if (op->launch) valued.insert(kEpChildOption);  // a rank process of a multi-process op
   }
   Args args(argv, valued, {});
   if (op) {
@@ -144,18 +146,29 @@ int cmd_bench(const std::vector<std::string>& argv_in) {
     if (op->check) op->check(args);
   }
   if (args.has("json")) check_json_path(args.str("json", ""));
+  // A multi-process op: the parent starts the ranks; a rank binds its GPU and only rank 0 prints
+  // the ceilings and the table (each rank measures its own card's ceilings) and writes the JSON.
+  int device = 0;
+  bool quiet = false;
+  if (op && op->launch) {
+    if (!args.has(kEpChildOption)) return op->launch(args, argv_in);
+    const EpChild ch = parse_ep_child(args.str(kEpChildOption, ""), int(args.integer("ep", 1, 1, 1 << 10)));
+    device = ch.device;
+    quiet = ch.rank != 0;
+  }
   set_activity("benchmarking");
   std::string why;
-  FMOE_REQUIRE(gpu_usable(0, &why), "bench needs an sm_90 GPU: %s", why.c_str());
+  FMOE_REQUIRE(gpu_usable(device, &why), "bench needs an sm_90 GPU: %s", why.c_str());
+  FMOE_CUDA(cudaSetDevice(device));
 
   cudaStream_t stream;
   FMOE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  std::printf("measuring ceilings (copy bandwidth, cuBLASLt FP8/BF16 8192^3) ...\n");
+  if (!quiet) std::printf("measuring ceilings (copy bandwidth, cuBLASLt FP8/BF16 8192^3) ...\n");
   std::fflush(stdout);
   const bench::Ceilings& c = bench::ceilings(stream);
-  std::printf("device %s, %d SMs, L2 %.0f MiB, max clocks SM %d / mem %d MHz\n", c.device.c_str(),
+  if (!quiet) std::printf("device %s, %d SMs, L2 %.0f MiB, max clocks SM %d / mem %d MHz\n", c.device.c_str(),
               c.sm_count, c.l2_bytes / (1 << 20), c.sm_clock_mhz, c.mem_clock_mhz);
-  std::printf("ceilings: bytes %.0f GB/s (best: %s; copy kernels %.0f / %.0f, read-only %.0f, "
+  if (!quiet) std::printf("ceilings: bytes %.0f GB/s (best: %s; copy kernels %.0f / %.0f, read-only %.0f, "
               "memcpy %.0f in a graph / %.0f direct), FP8 GEMM %.0f TFLOP/s, BF16 GEMM %.0f "
               "TFLOP/s\n", c.copy_gbps, c.copy_source.c_str(), c.copy_kernel_gbps,
               c.copy_nc8_gbps, c.read_gbps, c.memcpy_gbps, c.memcpy_nograph_gbps, c.fp8_tflops,
@@ -163,14 +176,15 @@ int cmd_bench(const std::vector<std::string>& argv_in) {
   std::vector<bench::Row> rows;
   if (op) {
     bench::Context ctx{stream, &c, &rows};
-    bench::print_header();
+    if (!quiet) bench::print_header();
     op->run(ctx, args);
   }
-  if (args.has("json")) {
+  if (args.has("json") && !quiet) {
     std::string command = "fusedmoe bench";
     for (const auto& a : argv_in) command += " " + a;
     bench::write_json(args.str("json", ""), c, rows, command);
     std::printf("wrote %s\n", args.str("json", "").c_str());
+    std::fflush(stdout);
   }
   cudaStreamDestroy(stream);
   return 0;

@@ -1,11 +1,14 @@
 // Command-line plumbing shared by the fusedmoe subcommands.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "fusedmoe/config.hpp"
 
 namespace fusedmoe::cli {
 
@@ -54,6 +57,10 @@ void set_activity(const char* what);
 const char* activity();
 
 int cmd_run(const std::vector<std::string>& args);
+/// `run --ep R` (tools/run_ep.cpp): in the parent, checks and starts the R rank processes; in a
+/// rank (--ep-child), runs that rank. `argv` are run's arguments as given.
+int run_ep(const Args& args, const std::vector<std::string>& argv, const MoeConfig& cfg, int T,
+           uint64_t seed, const std::string& mode);
 extern const char* kRunUsage;
 int cmd_bench(const std::vector<std::string>& args);
 /// The usage of `fusedmoe bench`, or of one op when `args` names one with --op (throws

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cuda_check.hpp"
 #include "common/device_buffer.hpp"
 #include "common/parallel.hpp"
 #include "fusedmoe/checkpoint.hpp"
@@ -100,6 +101,18 @@ inline TensorRef upload_f32(std::vector<DeviceBuffer>& bufs, const std::vector<f
   return TensorRef::contiguous(bufs.back().get(), DType::f32, shape, Device::cuda);
 }
 
+// Every tensor of `w` marked as on the current CUDA device (uploads made there): TensorRef's
+// default index is 0, which the layer refuses on any other device (a rank of `run --ep` on GPU r).
+inline void on_current_device(MoeLayerWeights& w) {
+  int device = 0;
+  FMOE_CUDA(cudaGetDevice(&device));
+  for (TensorRef* t : {&w.w13, &w.w13_scale, &w.w13_scale_2, &w.w2, &w.w2_scale, &w.w2_scale_2,
+                       &w.b13, &w.b2, &w.routing_bias, &w.shared_w13, &w.shared_w13_scale,
+                       &w.shared_w13_scale_2, &w.shared_w2, &w.shared_w2_scale,
+                       &w.shared_w2_scale_2, &w.shared_gate})
+    if (t->data) t->device_index = device;
+}
+
 }  // namespace layer_case_detail
 
 /// Uploads `lw` (in the checkpoint layouts MoeLayerWeights documents) and prepares the layer.
@@ -136,6 +149,7 @@ inline GpuLayer make_gpu_layer(const ref::LayerWeights& lw, cudaStream_t stream)
       w.shared_gate = TensorRef::contiguous(g.buffers.back().get(), DType::bf16, {H}, Device::cuda);
     }
   }
+  on_current_device(w);
   g.weights = w;
   g.layer = std::make_unique<MoeLayer>(c, w, stream);
   return g;
@@ -176,8 +190,8 @@ inline GpuLayer make_gpu_layer(CheckpointLayer& ck, cudaStream_t stream,
     }
     (w.*f).data = g.buffers.back().get();
     (w.*f).device = Device::cuda;
-    (w.*f).device_index = 0;
   }
+  layer_case_detail::on_current_device(w);
   g.weights = w;
   g.layer = std::make_unique<MoeLayer>(ck.config, w, stream);
   return g;

@@ -21,6 +21,7 @@
 #include "fusedmoe/formats.hpp"
 #include "ref/ref.hpp"
 #include "tools/cli.hpp"
+#include "tools/ep_launch.hpp"
 #include "tools/host_memory.hpp"
 #include "tools/model_case.hpp"
 #include "tools/progress.hpp"
@@ -39,7 +40,7 @@ namespace fusedmoe::cli {
 const char* kRunUsage =
     "usage: fusedmoe run [--preset NAME | --config PATH] [--tokens N] [--seed N]\n"
     "                    [--precision bf16|fp8|nvfp4|mxfp4] [--top-k N] [--backend auto|cpu|gpu]\n"
-    "                    [--mode fast|deterministic] [--projection]\n"
+    "                    [--mode fast|deterministic] [--projection] [--ep R]\n"
     "       fusedmoe run --model DIR --layer N [--tokens N] [--seed N] [--backend B] [--mode M]\n"
     "\n"
     "One MoE layer forward (routing, gate/up, activation, down, weighted combine, shared expert)\n"
@@ -69,7 +70,15 @@ const char* kRunUsage =
     "                    runs as above; prints the peak GPU memory. A ModelOpt NVFP4 checkpoint\n"
     "                    (calibrated with NVFP4 activations too) runs as W4A16: bf16\n"
     "                    activations, its input_scale unused\n"
-    "  --layer N         with --model: the index of the MoE layer to read\n";
+    "  --layer N         with --model: the index of the MoE layer to read\n"
+    "  --ep R            expert parallelism: R processes on this host, rank r on GPU r, each with\n"
+    "                    its share of the experts (E / R, contiguous) of the same seeded layer and\n"
+    "                    its own --tokens tokens, over NCCL (EpMoeLayer); each rank checks its\n"
+    "                    output against the single-GPU layer on the same tokens and routing\n"
+    "                    (bitwise in deterministic mode, choice-order combine; relative L2 in\n"
+    "                    fast mode, rank-order combine) and prints one line; PASS when all pass.\n"
+    "                    Needs R sm_90 GPUs, a build with NCCL, no shared experts and at least\n"
+    "                    top-k experts per rank (e.g. --preset qwen3-30b-a3b)\n";
 
 namespace {
 
@@ -523,7 +532,7 @@ int run_model(const std::string& dir, int layer, int T, uint64_t seed, const std
 int cmd_run(const std::vector<std::string>& argv) {
   set_activity("reading the arguments");
   Args args(argv, {"preset", "config", "tokens", "seed", "precision", "top-k", "backend", "mode",
-                   "model", "layer"},
+                   "model", "layer", "ep", kEpChildOption},
             {"projection"});
   if (args.has("preset") && args.has("config"))
     throw UsageError("give either --preset or --config, not both");
@@ -533,6 +542,8 @@ int cmd_run(const std::vector<std::string>& argv) {
   const bool projection = args.has("projection");
   const std::string mode = args.choice("mode", "fast", {"fast", "deterministic"});
   if (args.has("model")) {
+    if (args.has("ep"))
+      throw UsageError("--ep runs a seeded random layer (--preset or --config); it does not take --model yet");
     for (const char* o : {"preset", "config", "precision", "top-k"})
       if (args.has(o))
         throw UsageError(strf("--%s does not go with --model: the model's own config.json and "
@@ -543,6 +554,15 @@ int cmd_run(const std::vector<std::string>& argv) {
                      backend, mode);
   }
   if (args.has("layer")) throw UsageError("--layer needs --model DIR");
+  if (args.has(kEpChildOption) && !args.has("ep"))
+    throw UsageError(strf("--%s is internal: the ranks of --ep get it from their parent", kEpChildOption));
+  if (args.has("ep")) {
+    const long long R = args.integer("ep", 1, 1, 1 << 10);
+    if (projection) throw UsageError("--ep runs the whole layer; it does not take --projection");
+    if (backend == "cpu")
+      throw UsageError(strf("--ep %lld runs on GPUs; it does not take --backend cpu", R));
+    return run_ep(args, argv, model_from_args(args, false), T, seed, mode);
+  }
   const MoeConfig cfg = model_from_args(args, projection);
   if (projection) return run_projection(cfg, T, seed, backend, mode);
 

@@ -20,6 +20,7 @@ struct Knobs {
   bool fused_schedule = true;  ///< FMOE_FUSED_SCHEDULE=0: keep the schedule kernel at decode sizes
   int prefetch_units = 0;      ///< FMOE_PREFETCH_UNITS=n: L2 weight prefetch (measured useless)
   bool split_k = false;        ///< FMOE_SPLIT_K=1: the layer's gate/up GEMM splits K wherever allowed
+  int ep_timeout_s = 1800;     ///< FMOE_EP_TIMEOUT=s: `run --ep` / `bench --op ep_layer` end their rank processes after s seconds
   int gemv_max_t = -1;         ///< FMOE_GEMV_MAX_T=n: the 4-bit layer runs its GEMMs as GEMVs up to T=n (-1: the layer's rule)
 };
 

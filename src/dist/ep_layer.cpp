@@ -139,18 +139,11 @@ EpMoeLayer::EpMoeLayer(const MoeConfig& cfg, const MoeLayerWeights& local_weight
   L.cap = max_tokens_per_rank;
   L.H = cfg.hidden;
   L.k = cfg.top_k;
-  const detail::ExpertPartition part(cfg.num_experts, L.R);  // throws when R > E
+  detail::ep_check_config(cfg, L.R);  // R <= E, no shared experts, top_k experts per rank
+  const detail::ExpertPartition part(cfg.num_experts, L.R);
   L.part = {cfg.num_experts, L.R, cfg.num_experts / L.R, cfg.num_experts % L.R};
   L.first = part.first(L.rank);
   L.E_local = part.count(L.rank);
-  FMOE_REQUIRE(cfg.num_shared_experts == 0,
-               "%s: the config has %d shared experts; the EP layer does not run shared experts "
-               "yet (they would run once per token on its own rank, not on the experts' ranks)",
-               kOp, cfg.num_shared_experts);
-  FMOE_REQUIRE(part.count(L.R - 1) >= L.k,
-               "%s: %d experts over %d ranks leave %d on the last rank, fewer than top_k=%d (the "
-               "local layer's routing table is [rows, top_k] over its own experts)", kOp,
-               cfg.num_experts, L.R, part.count(L.R - 1), L.k);
   FMOE_REQUIRE(max_tokens_per_rank >= 1, "%s: max_tokens_per_rank=%d must be at least 1", kOp,
                max_tokens_per_rank);
   FMOE_REQUIRE(int64_t(L.R) * L.cap * L.k <= INT32_MAX,

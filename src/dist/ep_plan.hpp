@@ -54,6 +54,12 @@ class ExpertPartition {
   int extra_ = 0;  // E % R: ranks [0, extra_) own base_ + 1
 };
 
+/// What the EP layer asks of the whole layer's config for R ranks, before any GPU work (the CLI
+/// checks `run --ep R` with it in the parent process): 1 <= R <= E, no shared experts (not run by
+/// the EP layer yet), and every rank owning at least top_k experts. Throws Error naming the
+/// numbers, the same sentences EpMoeLayer's constructor gives (it calls this).
+void ep_check_config(const MoeConfig& cfg, int num_ranks);
+
 /// The single-GPU layer's drop rule (src/schedule/sm90_route_drop.cuh, route_dropped), on the
 /// host: route t*k + j is dropped when its id is outside [0, E) or repeats an expert the token
 /// chose at an earlier j. The first occurrence of an expert is kept, so a token never reaches an

@@ -1,0 +1,110 @@
+// fusedmoe run --ep R: the expert-parallel layer over R processes on one host (one GPU each),
+// each rank's output checked against the single-GPU MoeLayer on the same tokens (ep_case.hpp).
+// The parent checks the command line, the build, the GPUs and the config, then starts the ranks
+// (ep_launch.hpp); each rank prints one line and exits 1 on FAIL.
+#include <chrono>
+#include <cstdio>
+
+#include "fusedmoe/error.hpp"
+#include "tools/cli.hpp"
+#include "tools/ep_launch.hpp"
+
+#if defined(FMOE_HAS_NCCL)
+#include "dist/ep_plan.hpp"
+#include "tools/ep_case.hpp"
+#endif
+
+namespace fusedmoe::cli {
+namespace {
+
+#if defined(FMOE_HAS_NCCL)
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// One rank: build, forward once, check, one line. Exit status 0 on PASS, 1 on FAIL.
+int run_rank(const MoeConfig& cfg, int T, uint64_t seed, ReductionMode mode, const EpChild& ch) {
+  const int H = cfg.hidden, k = cfg.top_k;
+  FMOE_CUDA(cudaSetDevice(ch.device));
+  cudaStream_t stream = nullptr;
+  FMOE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const auto t0 = std::chrono::steady_clock::now();
+  set_activity("building this rank's layer and joining the communicator");
+  const EpRank r(ch, cfg, seed, T, stream);
+  const double setup_s = seconds_since(t0);
+
+  set_activity("running the EP forward");
+  const EpTokens tokens = ep_tokens(cfg, r.host, T, seed, ch.rank);
+  const std::vector<uint16_t> want = ep_reference(r, tokens, H, k, mode);
+  const EpCombine combine = ep_combine_for(mode);
+  DeviceBuffer y(std::max<size_t>(size_t(T) * H * 2, 16));
+  y.fill(0xFF);  // NaN: every element must be written
+  const size_t ws_bytes = r.ep->workspace_size(combine, mode);
+  DeviceBuffer ws(ws_bytes);
+  const EpForwardArgs a = ep_forward_args(tokens, y.get(), H, k, ch.device, mode);
+  r.ep->forward(a, ws.get(), ws.bytes(), reinterpret_cast<Stream>(stream));
+  wait_or_die(stream, 120, strf("EpMoeLayer::forward on rank %d", ch.rank));
+  const EpStats st = r.ep->stats(ws.get(), combine, mode, reinterpret_cast<Stream>(stream));
+  std::vector<uint16_t> got = y.to_host<uint16_t>();
+  got.resize(size_t(T) * H);
+  const EpCheck chk = check_ep_output(got, want, mode == ReductionMode::deterministic);
+  const bool pass = chk.ok() && st.overflow_rows == 0 && st.received_bad_slots == 0 &&
+                    st.received_bad_counts == 0;
+  std::printf("  rank %d/%d : GPU %d (%s), experts [%d, %d), %d tokens, %lld rows and %lld routes "
+              "received, set up in %.1f s; %s combine: %s%s -> %s\n", ch.rank, ch.ranks, ch.device,
+              r.device_name.c_str(), r.first, r.first + r.count, T, (long long)st.received_rows,
+              (long long)st.received_routes, setup_s, ep_combine_name(combine),
+              describe_ep_check(chk, got, want, H).c_str(),
+              st.overflow_rows || st.received_bad_slots || st.received_bad_counts
+                  ? strf(" (overflow rows %lld, bad slots %lld, bad counts %lld)",
+                         (long long)st.overflow_rows, (long long)st.received_bad_slots,
+                         (long long)st.received_bad_counts).c_str()
+                  : "",
+              pass ? "PASS" : "FAIL");
+  std::fflush(stdout);
+  FMOE_CUDA(cudaStreamDestroy(stream));
+  return pass ? 0 : 1;
+}
+#endif
+
+}  // namespace
+
+int run_ep(const Args& args, const std::vector<std::string>& argv, const MoeConfig& cfg, int T,
+           uint64_t seed, const std::string& mode) {
+  const int R = int(args.integer("ep", 1, 1, 1 << 10));
+  if (args.has(kEpChildOption)) {
+#if defined(FMOE_HAS_NCCL)
+    const EpChild ch = parse_ep_child(args.str(kEpChildOption, ""), R);
+    try {
+      return run_rank(cfg, T, seed, parse_reduction_mode(mode), ch);
+    } catch (const Error& e) {
+      throw Error(strf("rank %d (GPU %d): %s", ch.rank, ch.device, e.what()));
+    }
+#else
+    require_nccl_build();
+    return 1;
+#endif
+  }
+  set_activity("checking --ep");
+  require_nccl_build();
+  require_gpus_for_ranks(R);
+#if defined(FMOE_HAS_NCCL)
+  detail::ep_check_config(cfg, R);  // the EP layer's own refusals, before any process starts
+#endif
+  std::printf("fusedmoe run --ep %d\n", R);
+  std::printf("  config   : %s\n", cfg.summary().c_str());
+  std::printf("  tokens   : %d per rank   seed: %llu   mode: %s (%s combine), checked against the "
+              "single-GPU MoeLayer on each rank's tokens (%s)\n", T, (unsigned long long)seed,
+              mode.c_str(), mode == "deterministic" ? "choice-order" : "rank-order",
+              mode == "deterministic" ? "bitwise" : "relative L2");
+  std::printf("  ranks    : %d processes, rank r on GPU r, NCCL_NVLS_ENABLE=0 unless set\n", R);
+  std::fflush(stdout);
+  std::vector<std::string> child_argv = {"run"};
+  child_argv.insert(child_argv.end(), argv.begin(), argv.end());
+  set_activity("waiting for the ranks");
+  const int rc = launch_ranks("run --ep", R, child_argv);
+  std::printf("  result   : %s\n", rc == 0 ? "PASS" : "FAIL");
+  return rc;
+}
+
+}  // namespace fusedmoe::cli
