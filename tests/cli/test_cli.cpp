@@ -9,6 +9,7 @@
 #include <string>
 
 #include "fusedmoe/checkpoint.hpp"
+#include "fusedmoe/device.hpp"
 #include "tests/checkpoint/checkpoint_writer.hpp"
 #include "tests/test_util.hpp"
 #include "tools/model_case.hpp"
@@ -273,8 +274,8 @@ TEST(Cli, BenchUsageErrorsComeBeforeTheGpu) {
   expect_usage_error("bench --op", "fusedmoe bench: --op needs a value");
   expect_usage_error("bench --op --tokens 4", "fusedmoe bench: --op needs a value");
   expect_usage_error("bench --op nope",
-                     "unknown benchmark op \"nope\"; the ops are: gemv, nvfp4_grouped_gemm, layer, "
-                     "layer_all, moe_fp8, moe_fp8_all");
+                     "unknown benchmark op \"nope\"; the ops are: ep_layer, gemv, nvfp4_grouped_gemm, "
+                     "layer, layer_all, moe_fp8, moe_fp8_all");
   expect_usage_error("bench ceilings --op moe_fp8", "'bench ceilings' takes no --op",
                      "usage: fusedmoe bench ceilings");
   expect_usage_error("bench --op moe_fp8 --mode x",
@@ -313,6 +314,14 @@ TEST(Cli, BenchUsageErrorsComeBeforeTheGpu) {
                      "describe a custom shape: give them without --shapes contest", gg_usage);
   expect_usage_error("bench --op nvfp4_grouped_gemm --m 0,0 --n 64 --k 32",
                      "--m: the groups need at least one row in all", gg_usage);
+  // ep_layer: its options, and the hidden rank option checked like the others.
+  const std::string ep_usage = "usage: fusedmoe bench --op ep_layer";
+  expect_usage_error("bench --op ep_layer --ep 0", "--ep must be in [1, 1024], got \"0\"", ep_usage);
+  expect_usage_error("bench --op ep_layer --ep two", "--ep expects an integer, got \"two\"", ep_usage);
+  expect_usage_error("bench --op ep_layer --shared none", "--shared must be one of keep, drop", ep_usage);
+  expect_usage_error("bench --op ep_layer --precision nvfp4", "--precision must be one of fp8, bf16",
+                     ep_usage);
+  expect_usage_error("bench --op layer --ep-child 0,1,0,00", "unknown option \"--ep-child\"");
 }
 
 // Issue 8, item 2: the bench usage says to run this to see an op's options.
@@ -320,7 +329,7 @@ TEST(Cli, BenchOpHelpPrintsTheOpsOwnOptions) {
   const Result generic = run_cli("bench --help");
   EXPECT_EQ(generic.code, 0) << generic.out;
   EXPECT_TRUE(has(generic.out, "Run 'fusedmoe bench --op NAME --help' for an op's options."));
-  for (const char* op : {"moe_fp8", "moe_fp8_all", "gemv", "nvfp4_grouped_gemm"})
+  for (const char* op : {"moe_fp8", "moe_fp8_all", "gemv", "nvfp4_grouped_gemm", "ep_layer"})
     EXPECT_TRUE(has(generic.out, std::string("\n  ") + op + " ")) << op << "\n" << generic.out;
 
   Result r = run_cli("bench --op moe_fp8 --help");
@@ -345,6 +354,14 @@ TEST(Cli, BenchOpHelpPrintsTheOpsOwnOptions) {
   for (const char* opt : {"--shapes contest|custom", "--groups G", "--n N", "--k K", "--m LIST",
                           "--out bf16|f16|f32", "--l2 cold|warm|both", "--seed N", "--json PATH"})
     EXPECT_TRUE(has(r.out, "\n  " + std::string(opt))) << opt << "\n" << r.out;
+
+  r = run_cli("bench --op ep_layer --help");
+  EXPECT_EQ(r.code, 0) << r.out;
+  for (const char* opt : {"--ep R", "--preset NAME", "--tokens LIST", "--precision fp8|bf16",
+                          "--mode fast|deterministic|both", "--shared keep|drop", "--seed N",
+                          "--json PATH"})
+    EXPECT_TRUE(has(r.out, "\n  " + std::string(opt))) << opt << "\n" << r.out;
+  EXPECT_FALSE(has(r.out, "ep-child")) << "the rank option is internal\n" << r.out;
 
   r = run_cli("bench --op moe_fp8_all --help");
   EXPECT_EQ(r.code, 0) << r.out;
@@ -696,4 +713,97 @@ TEST(Cli, RunModelMistakesAreOneLine) {
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_TRUE(has(r.out, "shard model-00002-of-00002.safetensors (listed by model.safetensors.index.json) is missing"))
       << r.out;
+}
+
+// Issue 13: `run --ep R` and `bench --op ep_layer --ep R` (R processes on one host). Argument
+// mistakes are usage errors before anything else; the hidden rank option is checked too.
+TEST(Cli, RunEpArgumentErrors) {
+  expect_usage_error("run --ep 0", "fusedmoe run: --ep must be in [1, 1024], got \"0\"");
+  expect_usage_error("run --ep two", "fusedmoe run: --ep expects an integer, got \"two\"");
+  expect_usage_error("run --ep -1", "--ep must be in [1, 1024], got \"-1\"");
+  expect_usage_error("run --ep", "--ep needs a value");
+  expect_usage_error("run --ep --tokens 4", "--ep needs a value");
+  expect_usage_error("run --ep 1 --ep 2", "--ep is given more than once");
+  expect_usage_error("run --ep 1 --projection", "--ep runs the whole layer; it does not take --projection");
+  expect_usage_error("run --ep 1 --backend cpu", "--ep 1 runs on GPUs; it does not take --backend cpu");
+  expect_usage_error("run --ep 1 --model /nonexistent --layer 0", "it does not take --model yet");
+  expect_usage_error("run --ep 1 --preset qwen9", "--preset: unknown preset \"qwen9\"");
+  expect_usage_error("run --ep-child 0,1,0,00", "--ep-child is internal");
+  expect_usage_error("run --ep 2 --ep-child 0,1,0,00", "--ep-child says 1 ranks but --ep says 2");
+  expect_usage_error("run --ep 2 --ep-child 2,2,0,00", "--ep-child must be in [0, 1], got \"2\"");
+  expect_usage_error("run --ep 1 --ep-child 0,1,0", "--ep-child (internal: set by --ep's parent "
+                     "process) expects RANK,RANKS,DEVICE,ID");
+  expect_usage_error("run --ep 1 --ep-child 0,1,0,00", "the id must be 256 hex digits, got 2");
+  expect_usage_error("run --ep 1 --ep-child 0,1,0," + std::string(256, 'g'),
+                     "the id must be lower-case hex digits");
+}
+
+// More ranks than GPUs: one line naming both numbers (or, on a machine without a GPU, that it
+// has none and why), exit 1, no crash and no rank started. A build without NCCL says that first.
+TEST(Cli, RunEpMoreRanksThanGpusIsOneLine) {
+  const fusedmoe::DeviceReport dev = fusedmoe::query_devices();
+  const int gpus = int(dev.devices.size());
+  for (const std::string cmd : {"run", "bench --op ep_layer"}) {
+    const std::string args = cmd + " --ep " + std::to_string(gpus + 1);
+    const Result r = run_cli(args);
+    EXPECT_EQ(r.code, 1) << args << "\n" << r.out;
+    EXPECT_EQ(count_lines(r.out), 1) << args << "\n" << r.out;
+    EXPECT_FALSE(has(r.out, "rank 0")) << args << ": no rank may start\n" << r.out;
+#if !FMOE_CLI_HAS_NCCL
+    EXPECT_TRUE(has(r.out, "--ep: this build has no")) << args << "\n" << r.out;
+#else
+    if (gpus == 0)
+      EXPECT_TRUE(has(r.out, "--ep 1 needs 1 GPU (one per rank), but this machine has none: " + dev.why_none))
+          << args << "\n" << r.out;
+    else
+      EXPECT_TRUE(has(r.out, fusedmoe::strf("--ep %d needs %d GPUs (one per rank), but %d %s visible",
+                                            gpus + 1, gpus + 1, gpus, gpus == 1 ? "is" : "are")))
+          << args << "\n" << r.out;
+#endif
+  }
+}
+
+// On a GPU: one rank over a real NCCL communicator in its own process, deterministic (choice-
+// order combine, bitwise vs MoeLayer) and fast (rank order, relative L2); a preset the EP layer
+// refuses fails in the parent with the layer's own sentence. Skips without an sm_90 GPU.
+TEST(Cli, RunEpOneRankPassesOnAGpu) {
+  if (!fusedmoe::gpu_usable()) GTEST_SKIP() << "needs an sm_90 GPU";
+#if !FMOE_CLI_HAS_NCCL
+  GTEST_SKIP() << "this build has no NCCL (no expert-parallel layer)";
+#endif
+  const std::string cfg = small_config();  // fp8, H=256, 16 experts, top-4
+  Result r = run_cli("run --ep 1 --mode deterministic --tokens 64 --config " + cfg);
+  EXPECT_EQ(r.code, 0) << r.out;
+  for (const char* s : {"fusedmoe run --ep 1", "  rank 0/1 : GPU 0 (", "experts [0, 16), 64 tokens",
+                        "choice-order combine: 0 of 16384 elements differ from MoeLayer's bits -> PASS",
+                        "  result   : PASS"})
+    EXPECT_TRUE(has(r.out, s)) << s << "\n" << r.out;
+  r = run_cli("run --ep 1 --tokens 64 --config " + cfg);
+  EXPECT_EQ(r.code, 0) << r.out;
+  for (const char* s : {"rank-order combine: relative L2 ", "-> PASS", "  result   : PASS"})
+    EXPECT_TRUE(has(r.out, s)) << s << "\n" << r.out;
+  r = run_cli("run --ep 1 --tokens 0 --mode deterministic --config " + cfg);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "0 tokens")) << r.out;
+  r = run_cli("run --ep 1 --preset qwen3.5-35b-a3b");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "EpMoeLayer: the config has 1 shared experts")) << r.out;
+  EXPECT_FALSE(has(r.out, "rank 0")) << r.out;
+}
+
+TEST(Cli, BenchEpLayerOneRankOnAGpu) {
+  if (!fusedmoe::gpu_usable()) GTEST_SKIP() << "needs an sm_90 GPU";
+#if !FMOE_CLI_HAS_NCCL
+  GTEST_SKIP() << "this build has no NCCL (no expert-parallel layer)";
+#endif
+  const std::string json = testing::TempDir() + "ep_layer.json";
+  std::remove(json.c_str());
+  const Result r = run_cli("bench --op ep_layer --ep 1 --tokens 16 --mode both --json " + json);
+  EXPECT_EQ(r.code, 0) << r.out;
+  for (const char* s : {"ep_layer ", "ep_layer.dispatch", "ep_layer.local", "ep_layer.combine",
+                        "qwen3-30b-a3b fp8_block R=1 rank 0", "bitwise = MoeLayer", "rel L2 "})
+    EXPECT_TRUE(has(r.out, s)) << s << "\n" << r.out;
+  std::ifstream in(json);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(has(text, "ep_layer.combine")) << json << "\n" << text;
 }

@@ -15,6 +15,7 @@
 
 using namespace fusedmoe;
 using detail::DispatchPlan;
+using detail::ep_check_config;
 using detail::ExpertPartition;
 using detail::ReceivePlan;
 
@@ -728,4 +729,19 @@ TEST(EpLayerRef, RejectsWhatItCannotSplit) {
   const ref::LayerWeights lw4 = ref::make_random_layer(w4a4, 1);
   test::expect_error([&] { ref::moe_layer_ep(lw4, {{nullptr, nullptr, 0}}, 1, ref::EpCombine::rank_order); },
                      "nvfp4 activations are not planned for expert parallelism");
+}
+
+// What `run --ep R` checks in its parent process and EpMoeLayer's constructor refuses: the same
+// function, on the host (tools/run_ep.cpp, src/dist/ep_layer.cpp).
+TEST(EpConfig, RefusesWhatTheEpLayerCannotRun) {
+  const MoeConfig qwen3 = find_preset("qwen3-30b-a3b");  // E=128, top-8, no shared experts
+  for (int R : {1, 2, 8, 16}) EXPECT_NO_THROW(ep_check_config(qwen3, R)) << "R=" << R;
+  // 128 experts over 17 ranks leave 7 on the last rank, fewer than top_k=8.
+  test::expect_error([&] { ep_check_config(qwen3, 17); },
+               "128 experts over 17 ranks leave 7 on the last rank, fewer than top_k=8");
+  test::expect_error([&] { ep_check_config(qwen3, 129); }, "129 ranks for 128 experts");
+  test::expect_error([&] { ep_check_config(qwen3, 0); }, "num_ranks=0 must be at least 1");
+  // qwen3.5 has a shared expert: refused whatever R.
+  test::expect_error([&] { ep_check_config(find_preset("qwen3.5-35b-a3b"), 1); },
+               "the config has 1 shared experts");
 }

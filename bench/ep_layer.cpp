@@ -1,0 +1,240 @@
+// fusedmoe bench --op ep_layer --ep R: the expert-parallel layer (EpMoeLayer) over R processes on
+// one host, one GPU each (tools/ep_launch.hpp), each rank checked first against the single-GPU
+// MoeLayer on its tokens (tools/ep_case.hpp: bitwise in deterministic mode), then timed.
+//
+// Rows, per rank, each over CUDA-graph replays of that piece alone (bench::time_graph: warm-up,
+// median, p10/p90), the pieces being the steps of ep_layer_steps.hpp:
+//   ep_layer           the whole step (EpMoeLayer::forward)
+//   ep_layer.dispatch  dispatch kernels (plan + pack) + the counts and rows all-to-alls
+//   ep_layer.local     receive + the local MoeLayer on R * cap rows + return to the slots
+//   ep_layer.combine   the results all-to-all + the combine kernel
+// Every rank replays the same graphs the same number of times, so the NCCL calls pair up; a
+// piece's time includes waiting for the slowest rank at its all-to-alls. The all-to-alls move
+// fixed chunks (cap = the largest T, per peer, own chunk included): the GB/s of the dispatch and
+// combine rows are those bytes, sent by this rank, over the row's time (the issue's target
+// compares them with NCCL's all_to_all bandwidth). One prepared layer per rank: warm L2 where it
+// fits. Rank 0 gathers every rank's numbers over the communicator and prints the table.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench/registry.hpp"
+#include "common/cuda_check.hpp"
+#include "tools/ep_launch.hpp"
+
+#if defined(FMOE_HAS_NCCL)
+#include "dist/ep_comm.hpp"
+#include "dist/ep_layer_steps.hpp"
+#include "dist/ep_plan.hpp"
+#include "tools/ep_case.hpp"
+#endif
+
+namespace fusedmoe::bench {
+namespace {
+
+constexpr int kLaunchesPerGraph = 10;
+const std::vector<long long> kDefaultTokens = {128, 8192};
+
+MoeConfig config_of(const cli::Args& args) {
+  MoeConfig cfg = find_preset(args.str("preset", "qwen3-30b-a3b"));
+  const std::string p = args.str("precision", "fp8");
+  cfg.weight_precision = p == "bf16" ? Precision::bf16 : Precision::fp8_block;
+  cfg.activation_precision = cfg.weight_precision;
+  if (args.str("shared", "keep") == "drop") {
+    cfg.num_shared_experts = 0;
+    cfg.shared_intermediate = 0;
+    cfg.shared_expert_gate = false;
+  }
+  return cfg;
+}
+
+std::vector<ReductionMode> modes_of(const cli::Args& args) {
+  const std::string m = args.str("mode", "both");
+  std::vector<ReductionMode> out;
+  if (m == "fast" || m == "both") out.push_back(ReductionMode::fast);
+  if (m == "deterministic" || m == "both") out.push_back(ReductionMode::deterministic);
+  return out;
+}
+
+// The parent process: what needs the machine, then the ranks.
+int launch_ep_layer(const cli::Args& args, const std::vector<std::string>& argv) {
+  const int R = int(args.integer("ep", 1, 1, 1 << 10));
+  cli::set_activity("checking --ep");
+  cli::require_nccl_build();
+  cli::require_gpus_for_ranks(R);
+#if defined(FMOE_HAS_NCCL)
+  detail::ep_check_config(config_of(args), R);
+#endif
+  std::vector<std::string> child_argv = {"bench"};
+  child_argv.insert(child_argv.end(), argv.begin(), argv.end());
+  std::printf("bench --op ep_layer: %d rank process%s, rank r on GPU r; rank 0 prints the table\n",
+              R, R == 1 ? "" : "es");
+  std::fflush(stdout);
+  cli::set_activity("waiting for the ranks");
+  return cli::launch_ranks("bench --op ep_layer", R, child_argv);
+}
+
+#if defined(FMOE_HAS_NCCL)
+// What one rank reports to rank 0 for one (T, mode): four timings and the check.
+constexpr int kStats = 4;
+constexpr int kVals = kStats * 3 + 4;
+enum Slot { kWhole, kDispatch, kLocal, kCombine };
+const char* const kSlotOp[kStats] = {"ep_layer", "ep_layer.dispatch", "ep_layer.local", "ep_layer.combine"};
+
+void run_ep_layer(const Context& ctx, const cli::Args& args) {
+  const int R = int(args.integer("ep", 1, 1, 1 << 10));
+  const cli::EpChild ch = cli::parse_ep_child(args.str(cli::kEpChildOption, ""), R);
+  const MoeConfig cfg = config_of(args);
+  const std::vector<long long> tokens = args.int_list("tokens", kDefaultTokens, 0, 65536);
+  const std::vector<ReductionMode> modes = modes_of(args);
+  const uint64_t seed = uint64_t(args.integer("seed", 1, 0, 1ll << 62));
+  const int H = cfg.hidden, k = cfg.top_k;
+  const int max_t = int(*std::max_element(tokens.begin(), tokens.end()));
+  const bool print = ch.rank == 0;
+  cudaStream_t stream = ctx.stream;
+
+  cli::set_activity("building this rank's layer and joining the communicator");
+  const cli::EpRank r(ch, cfg, seed, max_t, stream);
+  const EpMoeLayer& ep = *r.ep;
+  size_t ws_bytes = 0;
+  for (ReductionMode m : modes) ws_bytes = std::max(ws_bytes, ep.workspace_size(cli::ep_combine_for(m), m));
+  DeviceBuffer ws(ws_bytes), y(std::max<size_t>(size_t(max_t) * H * 2, 16));
+  DeviceBuffer gather_send(size_t(R) * kVals * sizeof(double)), gather_recv(size_t(R) * kVals * sizeof(double));
+  if (print)
+    std::printf("# %s, %d ranks: rank r owns experts [first, first + E/R); workspace %.1f MB per "
+                "rank; tokens per rank, cap %d\n", cfg.summary().c_str(), R, double(ws_bytes) / 1e6,
+                std::max(max_t, 1));
+  std::fflush(stdout);
+
+  cli::set_activity("benchmarking the EP layer");
+  for (const long long T_ll : tokens) {
+    const int T = int(T_ll);
+    const cli::EpTokens tok = cli::ep_tokens(cfg, r.host, T, seed, ch.rank);
+    const cli::LayerCost cost = cli::layer_cost(cfg, tok.routing, T);
+    for (const ReductionMode mode : modes) {
+      const EpCombine combine = cli::ep_combine_for(mode);
+      const EpForwardArgs a = cli::ep_forward_args(tok, y.get(), H, k, ch.device, mode);
+      // Checked first: the single-GPU layer on the same tokens and routing.
+      const std::vector<uint16_t> want = cli::ep_reference(r, tok, H, k, mode);
+      y.fill(0xFF);
+      ep.forward(a, ws.get(), ws.bytes(), reinterpret_cast<Stream>(stream));
+      cli::wait_or_die(stream, 120, strf("EpMoeLayer::forward on rank %d, T=%d", ch.rank, T));
+      const EpStats st = ep.stats(ws.get(), combine, mode, reinterpret_cast<Stream>(stream));
+      std::vector<uint16_t> got = y.to_host<uint16_t>();
+      got.resize(size_t(T) * H);
+      const cli::EpCheck chk = cli::check_ep_output(got, want, mode == ReductionMode::deterministic);
+      FMOE_REQUIRE(chk.ok(), "bench ep_layer: rank %d, %s T=%d %s: %s (seed %llu)", ch.rank,
+                   cfg.name.c_str(), T, reduction_mode_name(mode),
+                   cli::describe_ep_check(chk, got, want, H).c_str(), (unsigned long long)seed);
+
+      const detail::EpExchanges x = detail::ep_check_forward(ep, a, ws.get(), ws.bytes());
+      const EpCommunicator::Impl& comm = r.comm->impl();
+      void* w = ws.get();
+      Stats t[kStats];
+      t[kWhole] = time_graph([&](cudaStream_t s, int) {
+        ep.forward(a, w, ws.bytes(), reinterpret_cast<Stream>(s));
+      }, stream, kLaunchesPerGraph);
+      t[kDispatch] = time_graph([&](cudaStream_t s, int) {
+        detail::ep_dispatch(ep, a, w, s);
+        detail::ep_all_to_all(comm, x.counts.send, x.counts.recv, x.counts.bytes_per_peer, s);
+        detail::ep_all_to_all(comm, x.rows.send, x.rows.recv, x.rows.bytes_per_peer, s);
+      }, stream, kLaunchesPerGraph);
+      t[kLocal] = time_graph([&](cudaStream_t s, int) { detail::ep_local(ep, a, w, s); }, stream,
+                             kLaunchesPerGraph);
+      t[kCombine] = time_graph([&](cudaStream_t s, int) {
+        detail::ep_all_to_all(comm, x.results.send, x.results.recv, x.results.bytes_per_peer, s);
+        detail::ep_combine(ep, a, w, s);
+      }, stream, kLaunchesPerGraph);
+
+      // Every rank's numbers to rank 0 (the same vector in each of this rank's R chunks).
+      std::vector<double> mine(kVals, 0.0);
+      for (int i = 0; i < kStats; ++i) {
+        mine[size_t(3 * i)] = t[i].median_us;
+        mine[size_t(3 * i + 1)] = t[i].p10_us;
+        mine[size_t(3 * i + 2)] = t[i].p90_us;
+      }
+      mine[3 * kStats] = double(st.received_rows);
+      mine[3 * kStats + 1] = double(st.received_routes);
+      mine[3 * kStats + 2] = chk.rel_l2;
+      mine[3 * kStats + 3] = double(cost.flops);
+      std::vector<double> send(size_t(R) * kVals);
+      for (int p = 0; p < R; ++p) std::copy(mine.begin(), mine.end(), send.begin() + ptrdiff_t(p) * kVals);
+      FMOE_CUDA(cudaMemcpyAsync(gather_send.get(), send.data(), send.size() * sizeof(double),
+                                cudaMemcpyHostToDevice, stream));
+      detail::ep_all_to_all(comm, gather_send.get(), gather_recv.get(), kVals * sizeof(double), stream);
+      std::vector<double> all(size_t(R) * kVals);
+      FMOE_CUDA(cudaMemcpyAsync(all.data(), gather_recv.get(), all.size() * sizeof(double),
+                                cudaMemcpyDeviceToHost, stream));
+      FMOE_CUDA(cudaStreamSynchronize(stream));
+      if (!print) continue;
+
+      const double dispatch_bytes = double(R) * double(x.counts.bytes_per_peer + x.rows.bytes_per_peer);
+      const double combine_bytes = double(R) * double(x.results.bytes_per_peer);
+      for (int s = 0; s < R; ++s) {
+        const double* v = all.data() + size_t(s) * kVals;
+        const std::string check = mode == ReductionMode::deterministic
+            ? std::string("bitwise = MoeLayer")
+            : strf("rel L2 %.1e vs MoeLayer", v[3 * kStats + 2]);
+        for (int i = 0; i < kStats; ++i) {
+          Row row;
+          row.op = kSlotOp[i];
+          row.shape = strf("%s %s R=%d rank %d", cfg.name.c_str(),
+                           precision_name(cfg.weight_precision), R, s);
+          row.config = cli::ep_combine_name(combine);
+          row.mode = reduction_mode_name(mode);
+          row.tokens = T;
+          row.t.median_us = v[3 * i];
+          row.t.p10_us = v[3 * i + 1];
+          row.t.p90_us = v[3 * i + 2];
+          row.t.samples = 30;
+          std::string note;
+          if (i == kWhole || i == kLocal) {
+            row.flops = v[3 * kStats + 3];  // this rank's tokens' routes (the local layer's share varies)
+            set_floor(row, *ctx.ceil, cfg.weight_precision == Precision::fp8_block ? "fp8" : "bf16");
+            note = i == kWhole ? strf("%s, %.0f rows / %.0f routes received", check.c_str(),
+                                      v[3 * kStats], v[3 * kStats + 1])
+                               : strf("%.0f%% of the step", 100.0 * v[3 * i] / v[0]);
+          } else {
+            row.bytes = i == kDispatch ? dispatch_bytes : combine_bytes;
+            row.floor_kind.push_back('-');  // no floor: NVLink has no measured ceiling here (not "= \"-\"": g++ 12 warns falsely, -Wrestrict)
+            note = strf("%.0f%% of the step; GB/s: %.1f MB sent in fixed chunks of cap=%d rows",
+                        100.0 * v[3 * i] / v[0], row.bytes / 1e6, ep.max_tokens_per_rank());
+          }
+          row.note = note;
+          print_row(row, *ctx.ceil);
+          ctx.rows->push_back(std::move(row));
+        }
+      }
+    }
+  }
+}
+#else
+void run_ep_layer(const Context&, const cli::Args&) { cli::require_nccl_build(); }
+#endif
+
+using Kind = BenchOption::Kind;
+const std::vector<BenchOption> kOptions = {
+    {"ep", "R", "ranks: processes on this host, rank r on GPU r (default 1; needs R sm_90 GPUs)",
+     Kind::integer, {}, 1, 1 << 10},
+    {"preset", "NAME", "model preset (default qwen3-30b-a3b; no shared experts, or --shared drop)",
+     Kind::preset},
+    {"tokens", "LIST", "comma-separated tokens per rank in [0, 65536] (default 128,8192)",
+     Kind::int_list, {}, 0, 65536},
+    {"precision", "fp8|bf16", "weight precision (default fp8)", Kind::choice, {"fp8", "bf16"}},
+    {"mode", "fast|deterministic|both", "fast: rank-order combine, deterministic: choice-order "
+     "combine (default both)", Kind::choice, {"fast", "deterministic", "both"}},
+    {"shared", "keep|drop", "drop: leave the preset's shared experts out (the EP layer does not "
+     "run them yet), e.g. for deepseek-v3 (default keep)", Kind::choice, {"keep", "drop"}},
+    {"seed", "N", "seed of the random weights and inputs (default 1)", Kind::integer, {}, 0, 1ll << 62},
+};
+
+const Register kEpLayer{BenchOp{
+    "ep_layer", "the expert-parallel layer over --ep R processes: whole step, dispatch, local, "
+    "combine per rank, checked against MoeLayer first", kOptions, run_ep_layer, nullptr,
+    launch_ep_layer}};
+
+}  // namespace
+}  // namespace fusedmoe::bench
