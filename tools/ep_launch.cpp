@@ -119,8 +119,13 @@ void require_gpus_for_ranks(int ranks) {
 }
 
 int launch_ranks(const char* what, int ranks, const std::vector<std::string>& argv) {
+  return launch_ranks_of(what, "/proc/self/exe", ranks, argv);
+}
+
+int launch_ranks_of(const char* what, const char* exe, int ranks, const std::vector<std::string>& argv) {
 #if !defined(FMOE_HAS_NCCL)
   (void)what;
+  (void)exe;
   (void)ranks;
   (void)argv;
   require_nccl_build();
@@ -147,12 +152,12 @@ int launch_ranks(const char* what, int ranks, const std::vector<std::string>& ar
     for (std::string& a : args) cargv.push_back(a.data());
     cargv.push_back(nullptr);
     pid_t pid = -1;
-    const int rc = posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, cargv.data(), environ);
+    const int rc = posix_spawn(&pid, exe, nullptr, nullptr, cargv.data(), environ);
     if (rc != 0) {
       for (int s = 0; s < r; ++s) kill(pids[size_t(s)], SIGKILL);
       for (int s = 0; s < r; ++s) waitpid(pids[size_t(s)], nullptr, 0);
-      FMOE_REQUIRE(false, "%s: could not start rank %d (posix_spawn of /proc/self/exe: %s)", what,
-                   r, std::strerror(rc));
+      FMOE_REQUIRE(false, "%s: could not start rank %d (posix_spawn of %s: %s)", what, r, exe,
+                   std::strerror(rc));
     }
     pids[size_t(r)] = pid;
   }

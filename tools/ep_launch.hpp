@@ -37,5 +37,8 @@ void require_nccl_build();
 /// signal, or timeout) and returns 0 when every rank exited 0, else 1. `what` names the command
 /// in messages ("run --ep").
 int launch_ranks(const char* what, int ranks, const std::vector<std::string>& argv);
+/// launch_ranks with another executable than this one (the launcher's tests start /bin/sh).
+int launch_ranks_of(const char* what, const char* exe, int ranks,
+                    const std::vector<std::string>& argv);
 
 }  // namespace fusedmoe::cli
