@@ -9,11 +9,12 @@
 //   ep_layer.local     receive + the local MoeLayer on R * cap rows + return to the slots
 //   ep_layer.combine   the results all-to-all + the combine kernel
 // Every rank replays the same graphs the same number of times, so the NCCL calls pair up; a
-// piece's time includes waiting for the slowest rank at its all-to-alls. The all-to-alls move
-// fixed chunks (cap = the largest T, per peer, own chunk included): the GB/s of the dispatch and
-// combine rows are those bytes, sent by this rank, over the row's time (the target
-// compares them with NCCL's all_to_all bandwidth). One prepared layer per rank: warm L2 where it
-// fits. Rank 0 gathers every rank's numbers over the communicator and prints the table.
+// piece's time includes waiting for the slowest rank at its all-to-alls. The EP layer is built
+// for each T with max_tokens_per_rank = T (every rank has T tokens), and the all-to-alls move
+// fixed chunks of cap rows per peer, own chunk included: the GB/s of the dispatch and combine
+// rows are those bytes, sent by this rank, over the row's time (the target compares them
+// with NCCL's all_to_all bandwidth). One prepared layer per rank: warm L2 where it fits. Rank 0
+// gathers every rank's numbers over the communicator and prints the table.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -97,21 +98,21 @@ void run_ep_layer(const Context& ctx, const cli::Args& args) {
   cudaStream_t stream = ctx.stream;
 
   cli::set_activity("building this rank's layer and joining the communicator");
-  const cli::EpRank r(ch, cfg, seed, max_t, stream);
-  const EpMoeLayer& ep = *r.ep;
-  size_t ws_bytes = 0;
-  for (ReductionMode m : modes) ws_bytes = std::max(ws_bytes, ep.workspace_size(cli::ep_combine_for(m), m));
-  DeviceBuffer ws(ws_bytes), y(std::max<size_t>(size_t(max_t) * H * 2, 16));
+  cli::EpRank r(ch, cfg, seed, stream);
+  DeviceBuffer y(std::max<size_t>(size_t(max_t) * H * 2, 16));
   DeviceBuffer gather_send(size_t(R) * kVals * sizeof(double)), gather_recv(size_t(R) * kVals * sizeof(double));
   if (print)
-    std::printf("# %s, %d ranks: rank r owns experts [first, first + E/R); workspace %.1f MB per "
-                "rank; tokens per rank, cap %d\n", cfg.summary().c_str(), R, double(ws_bytes) / 1e6,
-                std::max(max_t, 1));
+    std::printf("# %s, %d ranks: rank r owns experts [first, first + E/R) and T tokens; the EP "
+                "layer is built for each T with max_tokens_per_rank = T\n", cfg.summary().c_str(), R);
   std::fflush(stdout);
 
   cli::set_activity("benchmarking the EP layer");
   for (const long long T_ll : tokens) {
     const int T = int(T_ll);
+    const EpMoeLayer& ep = r.make_layer(T);
+    size_t ws_bytes = 0;
+    for (ReductionMode m : modes) ws_bytes = std::max(ws_bytes, ep.workspace_size(cli::ep_combine_for(m), m));
+    DeviceBuffer ws(ws_bytes);
     const cli::EpTokens tok = cli::ep_tokens(cfg, r.host, T, seed, ch.rank);
     const cli::LayerCost cost = cli::layer_cost(cfg, tok.routing, T);
     for (const ReductionMode mode : modes) {
@@ -189,7 +190,7 @@ void run_ep_layer(const Context& ctx, const cli::Args& args) {
           row.t.median_us = v[3 * i];
           row.t.p10_us = v[3 * i + 1];
           row.t.p90_us = v[3 * i + 2];
-          row.t.samples = 30;
+          row.t.samples = t[i].samples;  // the same on every rank: the replays pair up
           std::string note;
           if (i == kWhole || i == kLocal) {
             row.flops = v[3 * kStats + 3];  // this rank's tokens' routes (the local layer's share varies)
@@ -200,8 +201,9 @@ void run_ep_layer(const Context& ctx, const cli::Args& args) {
           } else {
             row.bytes = i == kDispatch ? dispatch_bytes : combine_bytes;
             row.floor_kind.push_back('-');  // no floor: NVLink has no measured ceiling here (not "= \"-\"": g++ 12 warns falsely, -Wrestrict)
-            note = strf("%.0f%% of the step; GB/s: %.1f MB sent in fixed chunks of cap=%d rows",
-                        100.0 * v[3 * i] / v[0], row.bytes / 1e6, ep.max_tokens_per_rank());
+            note = strf("%.0f%% of the step; GB/s: %.1f MB sent in fixed chunks of cap=%d rows, "
+                        "own chunk included", 100.0 * v[3 * i] / v[0], row.bytes / 1e6,
+                        ep.max_tokens_per_rank());
           }
           row.note = note;
           print_row(row, *ctx.ceil);

@@ -56,11 +56,13 @@ inline const char* ep_combine_name(EpCombine c) {
   return c == EpCombine::choice_order ? "choice-order" : "rank-order";
 }
 
-/// This rank's process state: its GPU, the whole layer (for the check), the communicator and the
-/// EP layer with its experts. Construction blocks until every rank has joined the communicator.
+/// This rank's process state: its GPU, the whole layer (for the check), the communicator, and
+/// the EP layer with its experts (make_layer). Construction blocks until every rank has joined
+/// the communicator.
 struct EpRank {
   EpChild child;
   cudaStream_t stream = nullptr;
+  MoeConfig cfg;
   ref::LayerWeights host;
   GpuLayer whole;  // all E experts on this GPU: the single-GPU MoeLayer of the check
   std::unique_ptr<EpCommunicator> comm;
@@ -68,8 +70,8 @@ struct EpRank {
   int first = 0, count = 0;
   std::string device_name;
 
-  EpRank(const EpChild& c, const MoeConfig& cfg, uint64_t seed, int max_tokens, cudaStream_t s)
-      : child(c), stream(s) {
+  EpRank(const EpChild& c, const MoeConfig& config, uint64_t seed, cudaStream_t s)
+      : child(c), stream(s), cfg(config) {
     cudaDeviceProp prop{};
     FMOE_CUDA(cudaGetDeviceProperties(&prop, c.device));
     device_name = prop.name;
@@ -83,8 +85,17 @@ struct EpRank {
                  c.id.size(), sizeof(id.bytes));
     std::memcpy(id.bytes, c.id.data(), sizeof(id.bytes));
     comm = std::make_unique<EpCommunicator>(EpCommunicator::create(c.ranks, c.rank, id));
+  }
+
+  /// (Re)builds the EP layer with max_tokens_per_rank = `cap` (at least 1). Every rank must call
+  /// it with the same cap. cap = T keeps the local layer on R * T rows: at R = 1 exactly
+  /// MoeLayer's rows, so the bitwise claim compares like with like (a larger cap can change the
+  /// local layer's config choice: docs/status.md, issue 13).
+  const EpMoeLayer& make_layer(int cap) {
+    ep.reset();  // its prepared weights go before the next layer's
     ep = std::make_unique<EpMoeLayer>(cfg, rank_weights(whole.weights, first, count), *comm,
-                                      std::max(max_tokens, 1), reinterpret_cast<Stream>(stream));
+                                      std::max(cap, 1), reinterpret_cast<Stream>(stream));
+    return *ep;
   }
 };
 

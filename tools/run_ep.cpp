@@ -30,7 +30,8 @@ int run_rank(const MoeConfig& cfg, int T, uint64_t seed, ReductionMode mode, con
   FMOE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const auto t0 = std::chrono::steady_clock::now();
   set_activity("building this rank's layer and joining the communicator");
-  const EpRank r(ch, cfg, seed, T, stream);
+  EpRank r(ch, cfg, seed, stream);
+  r.make_layer(T);
   const double setup_s = seconds_since(t0);
 
   set_activity("running the EP forward");
