@@ -85,9 +85,20 @@ constexpr int kVals = kStats * 3 + 4;
 enum Slot { kWhole, kDispatch, kLocal, kCombine };
 const char* const kSlotOp[kStats] = {"ep_layer", "ep_layer.dispatch", "ep_layer.local", "ep_layer.combine"};
 
+void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch);
+
 void run_ep_layer(const Context& ctx, const cli::Args& args) {
   const int R = int(args.integer("ep", 1, 1, 1 << 10));
   const cli::EpChild ch = cli::parse_ep_child(args.str(cli::kEpChildOption, ""), R);
+  try {
+    run_rank(ctx, args, ch);
+  } catch (const Error& e) {
+    throw Error(cli::rank_message(ch, e.what()));
+  }
+}
+
+void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch) {
+  const int R = ch.ranks;
   const MoeConfig cfg = config_of(args);
   const std::vector<long long> tokens = args.int_list("tokens", kDefaultTokens, 0, 65536);
   const std::vector<ReductionMode> modes = modes_of(args);

@@ -89,6 +89,12 @@ std::string format_ep_child(const EpChild& c) {
   return strf("%d,%d,%d,", c.rank, c.ranks, c.device) + to_hex(c.id);
 }
 
+std::string rank_message(const EpChild& c, const std::string& what) {
+  const std::string prefix = "fusedmoe: ";
+  const std::string rest = what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what;
+  return strf("fusedmoe: rank %d (GPU %d): %s", c.rank, c.device, rest.c_str());
+}
+
 void require_nccl_build() {
 #if !defined(FMOE_HAS_CUDA)
   FMOE_REQUIRE(false, "--ep: this build has no CUDA kernels (built without nvcc), so no "

@@ -24,6 +24,9 @@ struct EpChild {
 EpChild parse_ep_child(const std::string& text, int ranks);
 std::string format_ep_child(const EpChild& c);
 
+/// An error of rank `c`'s process, named for it: "fusedmoe: rank 1 (GPU 1): <what>".
+std::string rank_message(const EpChild& c, const std::string& what);
+
 /// Refuses R ranks on this machine unless it shows at least R usable sm_90 GPUs: an Error naming
 /// both numbers, or the reason there is none (no driver, no device). Touches no GPU memory.
 void require_gpus_for_ranks(int ranks);

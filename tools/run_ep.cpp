@@ -79,7 +79,7 @@ int run_ep(const Args& args, const std::vector<std::string>& argv, const MoeConf
     try {
       return run_rank(cfg, T, seed, parse_reduction_mode(mode), ch);
     } catch (const Error& e) {
-      throw Error(strf("rank %d (GPU %d): %s", ch.rank, ch.device, e.what()));
+      throw Error(rank_message(ch, e.what()));
     }
 #else
     require_nccl_build();

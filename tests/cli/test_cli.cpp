@@ -807,3 +807,23 @@ TEST(Cli, BenchEpLayerOneRankOnAGpu) {
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_TRUE(has(text, "ep_layer.combine")) << json << "\n" << text;
 }
+
+// A rank process whose GPU cannot be used ends with one line that names its rank (what the
+// parent's "rank r exited with status 1" line refers to). Without a GPU only: on a GPU machine
+// the made-up NCCL id would send the rank looking for a parent that does not exist.
+TEST(Cli, RunEpRankWithoutAGpuNamesItsRank) {
+  if (fusedmoe::gpu_usable()) GTEST_SKIP() << "this machine has a usable GPU";
+  const std::string child = " --ep 1 --ep-child 0,1,0," + std::string(256, 'a');
+  for (const std::string& cmd : {"run --config " + small_config(), std::string("bench --op ep_layer")}) {
+    const Result r = run_cli(cmd + child);
+    EXPECT_EQ(r.code, 1) << cmd << "\n" << r.out;
+    EXPECT_EQ(count_lines(r.out), 1) << cmd << "\n" << r.out;
+#if FMOE_CLI_HAS_NCCL
+    // run's rank names itself; bench's rank fails in bench's own GPU check, before the op.
+    EXPECT_EQ(r.out.rfind(cmd[0] == 'r' ? "fusedmoe: rank 0 (GPU 0): " : "fusedmoe: bench needs an sm_90 GPU", 0), 0u)
+        << cmd << "\n" << r.out;
+#else
+    EXPECT_TRUE(has(r.out, "--ep: this build has no")) << cmd << "\n" << r.out;
+#endif
+  }
+}
