@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The expert-parallel layer's checks on a GPU machine (one GPU is enough; issue 13): builds the EP
-# targets, runs the EP tests (and the single-GPU layer's, which the EP layer runs inside), then
-# the *Sanitizer* cases of both EP binaries under the four compute-sanitizer tools. One summary
+# targets, runs the EP tests (and the single-GPU layer's, which the EP layer runs inside), the
+# CLI's (`run --ep`, `bench --op ep_layer`: the EP cases of test_cli, the launcher's test, and
+# both commands with one rank per GPU present), then the *Sanitizer* cases of both EP binaries
+# under the four compute-sanitizer tools. One summary
 # line per step; exits nonzero if any step failed. A binary that skips every case (exit 77) counts
 # as a failure here: this script is for machines with a GPU.
 #   scripts/ep_check.sh [--no-build] [--tools "memcheck racecheck"]
@@ -27,7 +29,7 @@ export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 summary=()
 status=0
 note() { summary+=("$1"); echo "[ep_check] $1"; }
-TESTS="test_ep_plan test_ep_kernels_gpu test_ep_layer_gpu test_layer_gpu"
+TESTS="test_ep_plan test_ep_kernels_gpu test_ep_layer_gpu test_layer_gpu test_ep_launch"
 
 if [ "$BUILD" = 1 ]; then
   # shellcheck disable=SC2086  # FMOE_CMAKE_ARGS holds several arguments
@@ -44,7 +46,7 @@ if [ "$BUILD" = 1 ]; then
   fi
   note "configure: $(grep -o 'fusedmoe: NCCL .*' "$BUILD_DIR.ep_configure.log")"
   # shellcheck disable=SC2086  # TESTS is a list of targets
-  if ! cmake --build "$BUILD_DIR" -j "$(nproc)" --target $TESTS >"$BUILD_DIR.ep_build.log" 2>&1; then
+  if ! cmake --build "$BUILD_DIR" -j "$(nproc)" --target $TESTS fusedmoe test_cli >"$BUILD_DIR.ep_build.log" 2>&1; then
     grep -E "error" "$BUILD_DIR.ep_build.log" | head -20
     echo "[ep_check] build: FAILED (log: $BUILD_DIR.ep_build.log)"
     exit 1
@@ -62,6 +64,36 @@ for t in $TESTS; do
     status=1
     grep -E "FAILED|Failure|error|SKIPPED" "$log" | head -20
     note "$t: FAILED (exit $rc; 77 = every case skipped; log: $log)"
+  fi
+done
+
+# The CLI: test_cli's EP cases (one rank over NCCL in its own process), then run --ep and
+# bench --op ep_layer by hand with one rank per GPU (R = 1 on a one-GPU machine).
+log="$BUILD_DIR/ep_check_test_cli.log"
+"$BUILD_DIR/tests/test_cli" --gtest_filter='Cli.*Ep*' >"$log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && ! grep -q "SKIPPED \] Cli.RunEpOneRank" "$log"; then
+  note "test_cli Cli.*Ep*: passed"
+else
+  status=1
+  grep -E "FAILED|Failure|SKIPPED" "$log" | head -20
+  note "test_cli Cli.*Ep*: FAILED or skipped (exit $rc; log: $log)"
+fi
+GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
+[ "$GPUS" -ge 1 ] || GPUS=1
+for args in "run --ep $GPUS --preset qwen3-30b-a3b --tokens 128 --mode deterministic" \
+            "run --ep $GPUS --preset qwen3-30b-a3b --tokens 128 --mode fast" \
+            "bench --op ep_layer --ep $GPUS --tokens 128,8192 --json $BUILD_DIR/ep_layer.json"; do
+  log="$BUILD_DIR/ep_check_cli_$(echo "$args" | tr -c 'a-z0-9\n' '_' | cut -c1-60).log"
+  # shellcheck disable=SC2086  # args is a command line
+  "$BUILD_DIR/fusedmoe" $args >"$log" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    note "fusedmoe $args: ok (log: $log)"
+  else
+    status=1
+    tail -20 "$log"
+    note "fusedmoe $args: FAILED (exit $rc; log: $log)"
   fi
 done
 
