@@ -23,15 +23,13 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 // One rank: build, forward once, check, one line. Exit status 0 on PASS, 1 on FAIL.
-int run_rank(const MoeConfig& cfg, int T, uint64_t seed, ReductionMode mode, const EpChild& ch) {
+int run_rank_on(const MoeConfig& cfg, int T, uint64_t seed, ReductionMode mode, const EpChild& ch,
+                cudaStream_t stream) {
   const int H = cfg.hidden, k = cfg.top_k;
-  FMOE_CUDA(cudaSetDevice(ch.device));
-  cudaStream_t stream = nullptr;
-  FMOE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const auto t0 = std::chrono::steady_clock::now();
   set_activity("building this rank's layer and joining the communicator");
   EpRank r(ch, cfg, seed, stream);
-  r.make_layer(T);
+  const EpMoeLayer& ep = r.make_layer(T);
   const double setup_s = seconds_since(t0);
 
   set_activity("running the EP forward");
@@ -40,31 +38,38 @@ int run_rank(const MoeConfig& cfg, int T, uint64_t seed, ReductionMode mode, con
   const EpCombine combine = ep_combine_for(mode);
   DeviceBuffer y(std::max<size_t>(size_t(T) * H * 2, 16));
   y.fill(0xFF);  // NaN: every element must be written
-  const size_t ws_bytes = r.ep->workspace_size(combine, mode);
-  DeviceBuffer ws(ws_bytes);
+  DeviceBuffer ws(ep.workspace_size(combine, mode));
   const EpForwardArgs a = ep_forward_args(tokens, y.get(), H, k, ch.device, mode);
-  r.ep->forward(a, ws.get(), ws.bytes(), reinterpret_cast<Stream>(stream));
+  ep.forward(a, ws.get(), ws.bytes(), reinterpret_cast<Stream>(stream));
   wait_or_die(stream, 120, strf("EpMoeLayer::forward on rank %d", ch.rank));
-  const EpStats st = r.ep->stats(ws.get(), combine, mode, reinterpret_cast<Stream>(stream));
+  const EpStats st = ep.stats(ws.get(), combine, mode, reinterpret_cast<Stream>(stream));
   std::vector<uint16_t> got = y.to_host<uint16_t>();
   got.resize(size_t(T) * H);
   const EpCheck chk = check_ep_output(got, want, mode == ReductionMode::deterministic);
-  const bool pass = chk.ok() && st.overflow_rows == 0 && st.received_bad_slots == 0 &&
-                    st.received_bad_counts == 0;
+  const bool corrupt = st.overflow_rows || st.received_bad_slots || st.received_bad_counts;
+  const bool pass = chk.ok() && !corrupt;
   std::printf("  rank %d/%d : GPU %d (%s), experts [%d, %d), %d tokens, %lld rows and %lld routes "
               "received, set up in %.1f s; %s combine: %s%s -> %s\n", ch.rank, ch.ranks, ch.device,
               r.device_name.c_str(), r.first, r.first + r.count, T, (long long)st.received_rows,
               (long long)st.received_routes, setup_s, ep_combine_name(combine),
               describe_ep_check(chk, got, want, H).c_str(),
-              st.overflow_rows || st.received_bad_slots || st.received_bad_counts
-                  ? strf(" (overflow rows %lld, bad slots %lld, bad counts %lld)",
-                         (long long)st.overflow_rows, (long long)st.received_bad_slots,
-                         (long long)st.received_bad_counts).c_str()
-                  : "",
+              corrupt ? strf(" (overflow rows %lld, bad slots %lld, bad counts %lld)",
+                             (long long)st.overflow_rows, (long long)st.received_bad_slots,
+                             (long long)st.received_bad_counts).c_str()
+                      : "",
               pass ? "PASS" : "FAIL");
   std::fflush(stdout);
-  FMOE_CUDA(cudaStreamDestroy(stream));
   return pass ? 0 : 1;
+}
+
+int run_rank(const MoeConfig& cfg, int T, uint64_t seed, ReductionMode mode, const EpChild& ch) {
+  FMOE_CUDA(cudaSetDevice(ch.device));
+  cudaStream_t stream = nullptr;
+  FMOE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  // The layers and the communicator go before the stream they were made on.
+  const int rc = run_rank_on(cfg, T, seed, mode, ch, stream);
+  FMOE_CUDA(cudaStreamDestroy(stream));
+  return rc;
 }
 #endif
 
@@ -74,14 +79,15 @@ int run_ep(const Args& args, const std::vector<std::string>& argv, const MoeConf
            uint64_t seed, const std::string& mode) {
   const int R = int(args.integer("ep", 1, 1, 1 << 10));
   if (args.has(kEpChildOption)) {
+    const EpChild ch = parse_ep_child(args.str(kEpChildOption, ""), R);  // usage errors first
 #if defined(FMOE_HAS_NCCL)
-    const EpChild ch = parse_ep_child(args.str(kEpChildOption, ""), R);
     try {
       return run_rank(cfg, T, seed, parse_reduction_mode(mode), ch);
     } catch (const Error& e) {
       throw Error(rank_message(ch, e.what()));
     }
 #else
+    (void)ch;
     require_nccl_build();
     return 1;
 #endif
