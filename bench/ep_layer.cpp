@@ -211,7 +211,9 @@ void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch)
                                : strf("%.0f%% of the step", 100.0 * v[3 * i] / v[0]);
           } else {
             row.bytes = i == kDispatch ? dispatch_bytes : combine_bytes;
-            row.floor_kind.push_back('-');  // no floor: NVLink has no measured ceiling here (not "= \"-\"": g++ 12 warns falsely, -Wrestrict)
+            // No floor: nothing here measures the link's ceiling. (push_back, not = "-": g++ 12
+            // warns falsely there, -Wrestrict.)
+            row.floor_kind.push_back('-');
             note = strf("%.0f%% of the step; GB/s: %.1f MB sent in fixed chunks of cap=%d rows, "
                         "own chunk included", 100.0 * v[3 * i] / v[0], row.bytes / 1e6,
                         ep.max_tokens_per_rank());
