@@ -781,16 +781,19 @@ TEST(Cli, RunEpOneRankPassesOnAGpu) {
   Result r = run_cli("run --ep 1 --mode deterministic --tokens 64 --config " + cfg);
   EXPECT_EQ(r.code, 0) << r.out;
   for (const char* s : {"fusedmoe run --ep 1", "  rank 0/1 : GPU 0 (", "experts [0, 16), 64 tokens",
-                        "choice-order combine: 0 of 16384 elements differ from MoeLayer's bits -> PASS",
+                        "choice-order combine: 0 of 16384 elements differ from MoeLayer's bits; step ",
+                        "over CUDA-graph replays, output after them bit-identical -> PASS",
                         "  result   : PASS"})
     EXPECT_TRUE(has(r.out, s)) << s << "\n" << r.out;
   r = run_cli("run --ep 1 --tokens 64 --config " + cfg);
   EXPECT_EQ(r.code, 0) << r.out;
-  for (const char* s : {"rank-order combine: relative L2 ", "-> PASS", "  result   : PASS"})
+  for (const char* s : {"rank-order combine: relative L2 ", "output after them within the bound -> PASS",
+                        "  result   : PASS"})
     EXPECT_TRUE(has(r.out, s)) << s << "\n" << r.out;
   r = run_cli("run --ep 1 --tokens 0 --mode deterministic --config " + cfg);
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_TRUE(has(r.out, "0 tokens")) << r.out;
+  EXPECT_TRUE(has(r.out, "0 tokens, 0 rows and 0 routes received")) << r.out;
+  EXPECT_TRUE(has(r.out, "0 of 0 elements differ from MoeLayer's bits -> PASS")) << r.out;
   r = run_cli("run --ep 1 --preset qwen3.5-35b-a3b");
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_TRUE(has(r.out, "EpMoeLayer: the config has 1 shared experts")) << r.out;
