@@ -395,6 +395,14 @@ TEST(Cli, MalformedKnobsEndTheCommandWithOneLine) {
   EXPECT_TRUE(has(r.out, "FMOE_DEBUG_SYNC=\"2\" must be 0 or 1")) << r.out;
   // --help needs no knobs.
   EXPECT_EQ(run_cli("run --help", "FMOE_THREADS=abc").code, 0);
+  // The --ep ranks' timeout, before anything starts.
+  for (const char* v : {"0", "86401", "1.5"}) {
+    const Result e = run_cli("run --ep 1", std::string("FMOE_EP_TIMEOUT=") + v);
+    EXPECT_EQ(e.code, 1) << v << "\n" << e.out;
+    EXPECT_EQ(count_lines(e.out), 1) << v << "\n" << e.out;
+    EXPECT_TRUE(has(e.out, "FMOE_EP_TIMEOUT=\"" + std::string(v) + "\"")) << e.out;
+    EXPECT_TRUE(has(e.out, "(expected an integer in [1, 86400])")) << e.out;
+  }
 }
 
 TEST(Cli, MoreThreadsThanTheSystemAllowsStillRuns) {
