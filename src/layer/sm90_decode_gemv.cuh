@@ -10,8 +10,8 @@
 //
 // Per warp and k-block: one 16-byte load of its words and one 8-byte load of its quad's scales
 // (issued kAhead k-blocks ahead, kept in registers), the decode of e2m1_layout.hpp, the B
-// fragments of the 8 columns (4-byte loads of the activation rows, L1/L2 hits: a handful of rows
-// every warp of the layer reads), four mma.sync.m16n8k16.
+// fragments of the 8 columns (two 16-byte shared loads: the CTA packs the columns' activation
+// rows in fragment order, below), four mma.sync.m16n8k16.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -112,7 +112,7 @@ decode_gemv_kernel(const DecodeGemvParams p) {
   constexpr int kChunk = kAhead;  // k-blocks of B per shared-memory buffer (the ring's slot of a
                                   // k-block is then a compile-time index)
   __shared__ Columns cols;
-  __shared__ alignas(16) uint32_t sb[2][kChunk][2][32][4];  // 2 KB per k-block
+  __shared__ alignas(16) uint32_t sb[2][kChunk][2][32][4];  // 1 KB per k-block
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int tile = blockIdx.x / 2, half = blockIdx.x % 2;
   // The routing (up) or the intermediate (down) comes from the previous kernels.

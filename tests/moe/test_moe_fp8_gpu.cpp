@@ -15,6 +15,18 @@ using namespace fusedmoe::test;
 
 namespace {
 
+// The ids and weights the kernel wrote equal ref::route's on the same logits and bias.
+void check_routing(const Problem& pb, const Inputs& in, const std::string& ctx) {
+  const ref::Routing want = ref::route(pb.routing, in.logits.data(), pb.T, pb.E, pb.k,
+                                       in.bias.empty() ? nullptr : in.bias.data());
+  const std::vector<int32_t> ids = in.d_ids.to_host<int32_t>();
+  const std::vector<float> w = in.d_weights.to_host<float>();
+  for (size_t i = 0; i < want.ids.size(); ++i) {
+    ASSERT_EQ(ids[i], want.ids[i]) << ctx << " route " << i;
+    ASSERT_NEAR(w[i], want.weights[i], 2e-6 * std::fabs(want.weights[i]) + 1e-30) << ctx << " route " << i;
+  }
+}
+
 // Runs one problem for each seed: poisoned y, the call, the reference check.
 void run_and_check(const Problem& pb, int seeds = 3) {
   std::vector<uint64_t> seeds_all = seeds_for(hash_ints({pb.T, pb.E, pb.k, pb.N, pb.K,
@@ -30,16 +42,10 @@ void run_and_check(const Problem& pb, int seeds = 3) {
     const std::vector<float> got = y_host(pb, in);
     check_against_ref(pb, in, got, pb.describe() + strf(" seed %llu", (unsigned long long)seed));
     EXPECT_EQ(moe_fp8_dropped_routes(in.d_ws.get(), pb.T, pb.E, pb.k, pb.N, pb.K, pb.mode, nullptr), 0);
-    if (!a.routing_given && pb.ids_out && pb.T > 0) {  // the kernel's routing equals the reference's exactly
-      const ref::Routing want = ref::route(pb.routing, in.logits.data(), pb.T, pb.E, pb.k,
-                                           in.bias.empty() ? nullptr : in.bias.data());
-      const std::vector<int32_t> ids = in.d_ids.to_host<int32_t>();
-      const std::vector<float> w = in.d_weights.to_host<float>();
-      for (size_t i = 0; i < want.ids.size(); ++i) {
-        ASSERT_EQ(ids[i], want.ids[i]) << pb.describe() << " seed " << seed << " route " << i;
-        ASSERT_NEAR(w[i], want.weights[i], 2e-6 * std::fabs(want.weights[i]) + 1e-30)
-            << pb.describe() << " seed " << seed << " route " << i;
-      }
+    if (!a.routing_given && pb.ids_out && pb.T > 0)  // the kernel's routing equals the reference's exactly
+    {
+      check_routing(pb, in, pb.describe() + strf(" seed %llu", (unsigned long long)seed));
+      if (testing::Test::HasFatalFailure()) return;
     }
   }
 }
@@ -160,13 +166,8 @@ TEST(MoeFp8Gpu, GroupedRoutingEveryGroupWidthAndTies) {
       FMOE_CUDA(cudaDeviceSynchronize());
       const std::string ctx = pb.describe() + strf(" groups %d keep %d%s seed %llu", g.groups, g.keep,
                                                    ties ? " ties" : "", (unsigned long long)seed);
-      const ref::Routing want = ref::route(pb.routing, in.logits.data(), pb.T, pb.E, pb.k, in.bias.data());
-      const std::vector<int32_t> ids = in.d_ids.to_host<int32_t>();
-      const std::vector<float> w = in.d_weights.to_host<float>();
-      for (size_t i = 0; i < want.ids.size(); ++i) {
-        ASSERT_EQ(ids[i], want.ids[i]) << ctx << " route " << i;
-        ASSERT_NEAR(w[i], want.weights[i], 2e-6 * std::fabs(want.weights[i]) + 1e-30) << ctx << " route " << i;
-      }
+      check_routing(pb, in, ctx);
+      if (testing::Test::HasFatalFailure()) return;
       check_against_ref(pb, in, y_host(pb, in), ctx);
     }
 }
