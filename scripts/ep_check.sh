@@ -103,14 +103,10 @@ if [ -z "$SAN" ]; then
   status=1
 else
   for tool in $TOOLS; do
-    extra=()
-    [ "$tool" = racecheck ] && extra=(--racecheck-report all)
     for t in test_ep_kernels_gpu test_ep_layer_gpu; do
       log="$BUILD_DIR/ep_sanitizer_${tool}_$t.log"
-      "$SAN" --tool "$tool" "${extra[@]}" --error-exitcode 3 "$BUILD_DIR/tests/$t" \
-          --gtest_filter='*Sanitizer*' >"$log" 2>&1
+      n=$(scripts/sanitize_binary.sh "$SAN" "$tool" "$BUILD_DIR/tests/$t" "$log")
       rc=$?
-      n=$(grep -Eo '(ERROR|RACECHECK) SUMMARY: [0-9]+' "$log" | grep -Eo '[0-9]+$' | tail -1)
       if [ $rc -eq 0 ]; then
         note "$tool $t: ${n:-0} errors"
       else

@@ -294,7 +294,7 @@ TEST(EpLayerGpu, RejectsBadArguments) {
 }
 
 // A small whole step for compute-sanitizer (scripts/gpu_check.sh): NCCL's own kernels run too.
-TEST(EpLayerSanitizer, OneRankSmall) {
+TEST(EpLayerSanitizerNccl, OneRankSmall) {
   FMOE_SKIP_WITHOUT_GPU();
   const EpCommunicator comm = EpCommunicator::single_rank();
   const MoeConfig cfg = routed_only("qwen3-30b-a3b", 256, 128, 16, Precision::fp8_block);
