@@ -38,6 +38,17 @@ finalize_kernel(const __grid_constant__ FinalizeParams p) {
       // A dropped route (bad expert id, or a repeated one past its expert's T slots) has no row.
       if (p.route_slot ? p.route_slot[route] < 0 : route_dropped(p.topk_ids, route, p.k, p.E))
         continue;
+      if (p.rows16) {  // 8 bf16 outputs: one 16-byte load
+        const uint4 bits = __ldcs(reinterpret_cast<const uint4*>(p.rows16 + route * p.N + c));
+        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&bits);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float2 f = __bfloat1622float2(h[j]);
+          v[2 * j] += f.x;
+          v[2 * j + 1] += f.y;
+        }
+        continue;
+      }
       const float4* src = reinterpret_cast<const float4*>(p.acc + route * p.N + c);
       const float4 a = __ldcs(src), b = __ldcs(src + 1);
       v[0] += a.x; v[1] += a.y; v[2] += a.z; v[3] += a.w;
