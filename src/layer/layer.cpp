@@ -556,16 +556,22 @@ size_t MoeLayer::prepared_bytes() const {
 namespace detail {
 
 namespace {
-// Fast mode's down GEMM: fp32 atomics into [T, H] (zeroed by route_quant), or one bf16 row per
-// route into [T * k, H] that finalize sums in route order (deterministic by construction). The
-// atomics read-modify-write their rows in L2; once the fp32 sums outgrow it, each route's
-// reduction costs a DRAM read and write of its row, against one bf16 write (and one read in
-// finalize) for the rows. From this T on (FMOE_ROWS16_MIN_T overrides; 0: never).
-// TODO(measure): the default rule; 0 (never) until the A/B below is measured.
-constexpr int kRows16MinT = 0;
-bool rows16_combine(int T, ReductionMode mode) {
-  const int min_t = knobs().rows16_min_t >= 0 ? knobs().rows16_min_t : kRows16MinT;
-  return mode == ReductionMode::fast && min_t > 0 && T >= min_t;
+// Fast mode's down GEMM: fp32 atomics into the sums [T, H] (zeroed by route_quant), or one bf16
+// row per route into [T * k, H] that finalize sums in route order (so deterministic too). The
+// atomics read-modify-write their sums in L2: while the sums fit it they are cheap, once they
+// outgrow it each reduction costs a DRAM read and write. Measured on H100 (fast mode, layer µs,
+// atomics -> bf16 rows, docs/performance.md, session 23): sums larger than the 50 MB L2 gain
+// (deepseek-v3 T=2048 5025 -> 4853, T=8192 10305 -> 10001; qwen3.5 T=8192 1204 -> 1095;
+// qwen3-30b T=8192 1199 -> 1199; NVFP4 deepseek-v3 T=8192 13955 -> 13827), smaller ones lose
+// (qwen3.5 T=2048 463 -> 470: the rows' finalize reads k times the bytes). So the rows from
+// T * H * 4 bytes > kRows16MinSumBytes (H100 and H200 both have 50 MiB of L2; a fixed constant so
+// that workspace_size needs no device). FMOE_ROWS16_MIN_T=n: from T >= n instead (0: never).
+constexpr int64_t kRows16MinSumBytes = int64_t(50) << 20;
+bool rows16_combine(int T, int H, ReductionMode mode) {
+  if (mode != ReductionMode::fast) return false;
+  const int knob = knobs().rows16_min_t;
+  if (knob >= 0) return knob > 0 && T >= knob;
+  return int64_t(T) * H * 4 > kRows16MinSumBytes;
 }
 
 // GEMM 1 can split K at decode when even T=1's tiles fit the partial buffers: the smallest
@@ -609,7 +615,7 @@ size_t layer_workspace_layout(const MoeLayer::Impl& L, int T, ReductionMode mode
   take(w.h_scale, L.fp8 ? R * (L.I_pad / 64) : 0);
   // fp32 sums [T, H] (fast) or rows [R, H] (deterministic: fp32; fast at prefill: bf16).
   const int64_t acc_bytes = mode == ReductionMode::fast ? int64_t(T) * L.H * 4 : R * L.H * 4;
-  take(w.acc, std::max(acc_bytes, rows16_combine(T, mode) ? R * L.H * 2 : 0), 1);
+  take(w.acc, std::max(acc_bytes, rows16_combine(T, L.H, mode) ? R * L.H * 2 : 0), 1);
   const bool split = T > 0 && split_possible(L);
   take(w.split_partials, split ? int64_t(kMaxSplit) * kSplitMaxTiles * 256 * (kSplitBlockT / 2) : 0);
   take(w.split_counters, split ? kSplitMaxTiles : 0);
@@ -752,7 +758,7 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   plan.gemv = L.e2m1 && T <= std::min(gemv_max_t, kDecodeGemvMaxT);
   if (plan.gemv) plan.fused_schedule = false;
   // The decode GEMVs combine by their own rule (fp32 atomics in fast mode).
-  const bool rows16 = !plan.gemv && rows16_combine(T, a.mode);
+  const bool rows16 = !plan.gemv && rows16_combine(T, H, a.mode);
   const int min_part_kb = plan.gemv ? 0 : knobs().split_k ? 2 : L.e2m1 ? 32 : 0;
   if (min_part_kb > 0 && bt == kSplitBlockT && !static_tiles && split_possible(L) &&
       int64_t(L.NT1) * (std::min<int64_t>(L.E_total, R) + R / bt + 1) <= kSplitMaxTiles) {

@@ -291,6 +291,40 @@ TEST(LayerGpu, FastModeBf16RouteRows) {
   }
 }
 
+TEST(LayerGpu, Bf16RouteRowsOnceTheSumsOutgrowTheL2) {
+  // The default rule (no knob): fast mode writes bf16 route rows once the fp32 sums T * H * 4
+  // bytes exceed 50 MiB, and keeps its atomics at or below; deterministic mode keeps fp32 rows; the
+  // workspace is sized for the rows exactly when the rule takes them. Planned only: the rows path
+  // itself is checked by FastModeBf16RouteRows.
+  FMOE_SKIP_WITHOUT_GPU();
+  const MoeConfig cfg = scaled(find_preset("qwen3-30b-a3b"), 2048, 128, 8, Precision::fp8_block);
+  const LayerCase c0 = make_case(cfg, 1, ReductionMode::fast);
+  const LayerData d = make_layer_data(c0, 4100, /*codes=*/true);
+  const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+  const int H = cfg.hidden, k = cfg.top_k;
+  const int at = int((int64_t(50) << 20) / (4 * H));  // T * H * 4 == 50 MiB
+  DeviceBuffer d_x(size_t(at + 1) * H * 2), d_logits(size_t(at + 1) * cfg.num_experts * 4),
+      d_y(size_t(at + 1) * H * 2);
+  for (int T : {at, at + 1})
+    for (ReductionMode m : kModes) {
+      MoeForwardArgs a;
+      a.x = TensorRef::contiguous(d_x.get(), DType::bf16, {T, H}, Device::cuda);
+      a.router_logits = TensorRef::contiguous(d_logits.get(), DType::f32, {T, cfg.num_experts}, Device::cuda);
+      a.y = TensorRef::contiguous(d_y.get(), DType::bf16, {T, H}, Device::cuda);
+      a.mode = m;
+      const size_t bytes = g.layer->workspace_size(T, m);
+      DeviceBuffer ws(bytes);
+      const detail::LayerPlan plan = detail::plan_layer_forward(g.layer->impl(), a, ws.get(), bytes, nullptr);
+      const bool rows = T > at && m == ReductionMode::fast;
+      EXPECT_EQ(plan.finalize.rows16 != nullptr, rows) << "T=" << T << " " << reduction_mode_name(m);
+      EXPECT_EQ(plan.down.out_type == detail::GemmOut::bf16, rows) << "T=" << T;
+      EXPECT_EQ(plan.route_quant.zero_rows != nullptr, m == ReductionMode::fast && !rows) << "T=" << T;
+      if (m == ReductionMode::fast) {  // the sums [T, H] fp32, or the rows [T * k, H] bf16
+        EXPECT_GE(bytes, (rows ? size_t(T) * k * H * 2 : size_t(T) * H * 4)) << "T=" << T;
+      }
+    }
+}
+
 TEST(LayerGpu, Nvfp4OddSizesSharedChunksAndLargeT) {
   // NVFP4 weights (W4A16): H not a multiple of 64 (K padded in the prepared blocks), I not a
   // multiple of 64, a shared MLP in two chunks, and T with several token tiles per expert.
