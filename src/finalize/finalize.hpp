@@ -3,6 +3,7 @@
 //
 //   fast:          y[t, n] = bf16(acc[t, n])
 //   deterministic: y[t, n] = bf16(sum_{j < k} rows[t*k + j, n]) in j order, skipping dropped routes
+//                  (the rows fp32, or bf16: the layer's fast mode at prefill, `rows16`)
 // Every element of y [T, N] is written.
 #pragma once
 
@@ -17,6 +18,7 @@ struct FinalizeParams {
   int deterministic;
   int T, N, k;
   const float* acc;           // fast: [T, N]; deterministic: [T * k, N] by route
+  const __nv_bfloat16* rows16;  // deterministic, instead of acc: [T * k, N] bf16 rows by route
   const int32_t* route_slot;  // deterministic: [T * k], -1 for a dropped route; nullptr: the
                               // GEMM fused the schedule, a route is dropped iff its id is bad
   const int32_t* topk_ids;    // deterministic with route_slot == nullptr: [T * k]

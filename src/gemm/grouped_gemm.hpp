@@ -81,8 +81,9 @@ struct GroupedGemmParams {
                                 // down weights), so each thread holds two adjacent outputs and adds
                                 // them with one 8-byte reduction
   float* out;                   // combine: fast [T, N]; deterministic [R, N]
-  // Deterministic combine into rows of bf16 / f16 instead of `out` (e2m1 configs only: the
-  // NVFP4 grouped GEMM op, src/grouped): out_lowp [R, N], each element rounded once (RNE).
+  // Deterministic combine into rows of bf16 / f16 instead of `out`: out_lowp [R, N], each element
+  // rounded once (RNE). bf16: any combine config (the layer's fast mode at prefill, summed by
+  // finalize); f16: e2m1 configs only (the NVFP4 grouped GEMM op, src/grouped).
   GemmOut out_type = GemmOut::f32;
   void* out_lowp = nullptr;
   const float* bias;            // combine: [E, N], added once; swiglu: [E, NB * 128] prepared rows

@@ -109,18 +109,35 @@ struct Epilogue<Cfg, GemmEpilogue::combine> {
   //    one pair (even q sends b = 2g + 1's, odd q b = 2g's): even q adds 16g + 2q + 0..3, odd q
   //    16g + 8 + 2(q-1) + 0..3;
   //  - other plain rows: one output at a time.
+  // kOut (deterministic only): f32 rows into p.out, or bf16 rows into p.out_lowp (4 outputs as
+  // one 8-byte store: a quad still covers whole 32-byte sectors).
   enum class Rows { plain, paired, quad };
-  template <Rows kRows, bool kDet>
+  template <Rows kRows, bool kDet, GemmOut kOut = GemmOut::f32>
   __device__ static void tokens_m_rows(const GroupedGemmParams& p, const Segment& s,
                                        const typename Cfg::TileMeta& m,
                                        const float (&acc)[Cfg::kAccRegs], int c0, int q) {
+    static_assert(kOut == GemmOut::f32 || (kOut == GemmOut::bf16 && kDet), "bf16 rows: deterministic only");
     const int n0 = s.wb * Cfg::WAVE_W;
     const float* bias = p.bias && s.kb0 == 0 ? p.bias + int64_t(s.e) * p.N : nullptr;
+    // Four adjacent outputs of one row: fp32 (16 bytes) or bf16 (8 bytes).
+    auto store4 = [&](int64_t off, const float (&v)[4]) {
+      if constexpr (kOut == GemmOut::bf16) {
+        __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]), hi = __floats2bfloat162_rn(v[2], v[3]);
+        uint2 bits;
+        bits.x = *reinterpret_cast<uint32_t*>(&lo);
+        bits.y = *reinterpret_cast<uint32_t*>(&hi);
+        *reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(p.out_lowp) + off) = bits;
+      } else if constexpr (kDet) {
+        *reinterpret_cast<float4*>(p.out + off) = make_float4(v[0], v[1], v[2], v[3]);
+      } else {
+        ptx::red_add_v4(p.out + off, v[0], v[1], v[2], v[3]);
+      }
+    };
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int out_row = m.col_out[c0 + 8 * r];  // lanes q and q^1 share it (same token)
       const float w = m.col_weight[c0 + 8 * r];
-      float* row = p.out + int64_t(out_row) * p.N;
+      const int64_t row = int64_t(out_row) * p.N;
       if constexpr (kRows == Rows::paired) {
         if (out_row < 0) continue;  // absent column
 #pragma unroll
@@ -131,8 +148,7 @@ struct Epilogue<Cfg, GemmEpilogue::combine> {
 #pragma unroll
           for (int j = 0; j < 4; ++j)  // output n + j: h = j / 2, b = 2g + j % 2
             v[j] = (acc[4 * (2 * g + j % 2) + 2 * r + j / 2] + (bias ? bias[n + j] : 0.0f)) * w;
-          if constexpr (kDet) *reinterpret_cast<float4*>(row + n) = make_float4(v[0], v[1], v[2], v[3]);
-          else ptx::red_add_v4(row + n, v[0], v[1], v[2], v[3]);
+          store4(row + n, v);
         }
       } else if constexpr (kRows == Rows::quad) {
         const bool odd = q & 1;
@@ -150,8 +166,7 @@ struct Epilogue<Cfg, GemmEpilogue::combine> {
           float v[4] = {odd ? got0 : k0, odd ? got1 : k1, odd ? k0 : got0, odd ? k1 : got1};
 #pragma unroll
           for (int j = 0; j < 4; ++j) v[j] = (v[j] + (bias ? bias[n + j] : 0.0f)) * w;
-          if constexpr (kDet) *reinterpret_cast<float4*>(row + n) = make_float4(v[0], v[1], v[2], v[3]);
-          else ptx::red_add_v4(row + n, v[0], v[1], v[2], v[3]);
+          store4(row + n, v);
         }
       } else {
         if (out_row < 0) continue;  // absent column
@@ -162,8 +177,9 @@ struct Epilogue<Cfg, GemmEpilogue::combine> {
             const int n = n0 + 8 * b + 2 * q + h;
             if (n >= p.N) continue;
             const float v = (acc[4 * b + 2 * r + h] + (bias ? bias[n] : 0.0f)) * w;
-            if constexpr (kDet) row[n] = v;
-            else atomicAdd(row + n, v);  // result unused: compiles to RED
+            if constexpr (kOut == GemmOut::bf16) static_cast<__nv_bfloat16*>(p.out_lowp)[row + n] = __float2bfloat16_rn(v);
+            else if constexpr (kDet) p.out[row + n] = v;
+            else atomicAdd(p.out + row + n, v);  // result unused: compiles to RED
           }
       }
     }
@@ -175,6 +191,12 @@ struct Epilogue<Cfg, GemmEpilogue::combine> {
     const int warp = tid / 32, lane = tid % 32;
     if constexpr (Cfg::kTokensM) {
       const int c0 = 64 * wgc + 16 * warp + lane / 4, q = lane % 4;
+      if (p.out_type == GemmOut::bf16) {  // the launch checked: deterministic
+        if (p.paired_rows) tokens_m_rows<Rows::paired, true, GemmOut::bf16>(p, s, m, acc, c0, q);
+        else if (p.N % 4 == 0) tokens_m_rows<Rows::quad, true, GemmOut::bf16>(p, s, m, acc, c0, q);
+        else tokens_m_rows<Rows::plain, true, GemmOut::bf16>(p, s, m, acc, c0, q);
+        return;
+      }
       if (p.paired_rows) {
         if (p.deterministic) tokens_m_rows<Rows::paired, true>(p, s, m, acc, c0, q);
         else tokens_m_rows<Rows::paired, false>(p, s, m, acc, c0, q);
@@ -198,15 +220,17 @@ struct Epilogue<Cfg, GemmEpilogue::combine> {
       bias_a = n_a < p.N ? b[n_a] : 0.0f;
       bias_b = n_b < p.N ? b[n_b] : 0.0f;
     }
-    if constexpr (Cfg::kE2M1) {  // the NVFP4 grouped GEMM's rows (launch checks: deterministic)
-      if (p.out_type != GemmOut::f32) {
-        if (p.out_type == GemmOut::bf16) {
-          if (paired) columns<true, true, GemmOut::bf16>(p, m, acc, n_a, n_b, bias_a, bias_b, lane);
-          else columns<false, true, GemmOut::bf16>(p, m, acc, n_a, n_b, bias_a, bias_b, lane);
-        } else {
-          if (paired) columns<true, true, GemmOut::f16>(p, m, acc, n_a, n_b, bias_a, bias_b, lane);
-          else columns<false, true, GemmOut::f16>(p, m, acc, n_a, n_b, bias_a, bias_b, lane);
-        }
+    // Low-precision rows (the launch checks: deterministic): bf16 for the layer's fast mode at
+    // prefill and the NVFP4 grouped GEMM; f16 only for the latter.
+    if (p.out_type == GemmOut::bf16) {
+      if (paired) columns<true, true, GemmOut::bf16>(p, m, acc, n_a, n_b, bias_a, bias_b, lane);
+      else columns<false, true, GemmOut::bf16>(p, m, acc, n_a, n_b, bias_a, bias_b, lane);
+      return;
+    }
+    if constexpr (Cfg::kE2M1) {
+      if (p.out_type == GemmOut::f16) {
+        if (paired) columns<true, true, GemmOut::f16>(p, m, acc, n_a, n_b, bias_a, bias_b, lane);
+        else columns<false, true, GemmOut::f16>(p, m, acc, n_a, n_b, bias_a, bias_b, lane);
         return;
       }
     }

@@ -381,10 +381,11 @@ void launch_grouped_gemm_cfg(const GroupedGemmParams& p, int num_sms, cudaStream
                Cfg::kWaves, p.NB);
   FMOE_REQUIRE(p.split <= 1 || (Cfg::kWaves == 1 && !Cfg::kTokensM), "grouped_gemm: split K "
                "(%d parts) needs a one-wave config with weights as wgmma's M side", p.split);
-  FMOE_REQUIRE(p.out_type == GemmOut::f32 || (Cfg::kE2M1 && Cfg::kEpi == GemmEpilogue::combine &&
-                                               p.deterministic && p.out_lowp),
-               "grouped_gemm: bf16 / f16 output rows need an e2m1 combine config in deterministic "
-               "mode and an output pointer");
+  FMOE_REQUIRE(p.out_type == GemmOut::f32 ||
+                   (Cfg::kEpi == GemmEpilogue::combine && p.deterministic && p.out_lowp &&
+                    (p.out_type == GemmOut::bf16 || Cfg::kE2M1)),
+               "grouped_gemm: low-precision output rows need a combine config in deterministic "
+               "mode and an output pointer (f16: an e2m1 config)");
   auto kernel = grouped_gemm_kernel<Cfg>;
   FMOE_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  int(Cfg::kSmemBytes)));

@@ -556,6 +556,24 @@ size_t MoeLayer::prepared_bytes() const {
 namespace detail {
 
 namespace {
+// Fast mode's down GEMM: fp32 atomics into the sums [T, H] (zeroed by route_quant), or one bf16
+// row per route into [T * k, H] that finalize sums in route order (so deterministic too). The
+// atomics read-modify-write their sums in L2: while the sums fit it they are cheap, once they
+// outgrow it each reduction costs a DRAM read and write. Measured on H100 (fast mode, layer µs,
+// atomics -> bf16 rows, docs/performance.md, session 23): sums larger than the 50 MB L2 gain
+// (deepseek-v3 T=2048 5025 -> 4853, T=8192 10305 -> 10001; qwen3.5 T=8192 1204 -> 1095;
+// qwen3-30b T=8192 1199 -> 1199; NVFP4 deepseek-v3 T=8192 13955 -> 13827), smaller ones lose
+// (qwen3.5 T=2048 463 -> 470: the rows' finalize reads k times the bytes). So the rows from
+// T * H * 4 bytes > kRows16MinSumBytes (H100 and H200 both have 50 MiB of L2; a fixed constant so
+// that workspace_size needs no device). FMOE_ROWS16_MIN_T=n: from T >= n instead (0: never).
+constexpr int64_t kRows16MinSumBytes = int64_t(50) << 20;
+bool rows16_combine(int T, int H, ReductionMode mode) {
+  if (mode != ReductionMode::fast) return false;
+  const int knob = knobs().rows16_min_t;
+  if (knob >= 0) return knob > 0 && T >= knob;
+  return int64_t(T) * H * 4 > kRows16MinSumBytes;
+}
+
 // GEMM 1 can split K at decode when even T=1's tiles fit the partial buffers: the smallest
 // T decides whether the workspace carries them (the plan checks the call's T again).
 bool split_possible(const MoeLayer::Impl& L) {
@@ -595,7 +613,9 @@ size_t layer_workspace_layout(const MoeLayer::Impl& L, int T, ReductionMode mode
   take(w.row_scales, L.fp8 ? t_rows * cdiv(L.H, 128) : 0);
   take(w.h, R * L.I_pad, eb);
   take(w.h_scale, L.fp8 ? R * (L.I_pad / 64) : 0);
-  take(w.acc, (mode == ReductionMode::fast ? int64_t(T) : R) * L.H);
+  // fp32 sums [T, H] (fast) or rows [R, H] (deterministic: fp32; fast at prefill: bf16).
+  const int64_t acc_bytes = mode == ReductionMode::fast ? int64_t(T) * L.H * 4 : R * L.H * 4;
+  take(w.acc, std::max(acc_bytes, rows16_combine(T, L.H, mode) ? R * L.H * 2 : 0), 1);
   const bool split = T > 0 && split_possible(L);
   take(w.split_partials, split ? int64_t(kMaxSplit) * kSplitMaxTiles * 256 * (kSplitBlockT / 2) : 0);
   take(w.split_counters, split ? kSplitMaxTiles : 0);
@@ -737,6 +757,8 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   const int gemv_max_t = knobs().gemv_max_t >= 0 ? knobs().gemv_max_t : kDecodeGemvMaxT;
   plan.gemv = L.e2m1 && T <= std::min(gemv_max_t, kDecodeGemvMaxT);
   if (plan.gemv) plan.fused_schedule = false;
+  // The decode GEMVs combine by their own rule (fp32 atomics in fast mode).
+  const bool rows16 = !plan.gemv && rows16_combine(T, H, a.mode);
   const int min_part_kb = plan.gemv ? 0 : knobs().split_k ? 2 : L.e2m1 ? 32 : 0;
   if (min_part_kb > 0 && bt == kSplitBlockT && !static_tiles && split_possible(L) &&
       int64_t(L.NT1) * (std::min<int64_t>(L.E_total, R) + R / bt + 1) <= kSplitMaxTiles) {
@@ -746,11 +768,12 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
       plan.split *= 2;
   }
   if (knobs().print_config)
-    std::fprintf(stderr, "[fusedmoe] %s T=%d E=%d+%d k=%d+%d H=%d I=%d %s %s: %s (split K %d) + %s%s (%s)\n",
+    std::fprintf(stderr, "[fusedmoe] %s T=%d E=%d+%d k=%d+%d H=%d I=%d %s %s: %s (split K %d) + %s%s%s (%s)\n",
                  kOp, T, E, L.C, k, L.C, H, L.I, precision_name(cfg.weight_precision),
                  reduction_mode_name(a.mode), gemm_config_info(plan.up_config).name, plan.split,
                  gemm_config_info(plan.down_config).name,
                  plan.fused_schedule ? ", fused schedule" : plan.gemv ? ", as decode GEMVs" : "",
+                 rows16 ? ", bf16 route rows" : "",
                  plan.config_reason.c_str());
 
   // ---- stage 1: route + rows ----
@@ -775,7 +798,7 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   rq.topk_weights = ws.topk_weights;
   rq.rows = ws.rows;
   rq.row_scales = ws.row_scales;
-  rq.zero_rows = det ? nullptr : ws.acc;
+  rq.zero_rows = det || rows16 ? nullptr : ws.acc;
   rq.N = H;
   rq.E_total = L.E_total;
   rq.counts = ws.counts;
@@ -852,10 +875,12 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   g2.K = L.I_pad;
   g2.KB = int(cdiv(int64_t(L.I_pad) * eb, 128));
   g2.NB = L.NB2;
-  g2.deterministic = det;
+  g2.deterministic = det || rows16;  // rows16: one (bf16) row per route, as deterministic mode
   g2.paired_rows = 1;
   g2.status = nullptr;  // GEMM 1 counts the dropped routes (both see the same ids)
-  g2.out = ws.acc;
+  g2.out = rows16 ? nullptr : ws.acc;
+  g2.out_type = rows16 ? GemmOut::bf16 : GemmOut::f32;
+  g2.out_lowp = rows16 ? static_cast<void*>(ws.acc) : nullptr;
   g2.bias = L.b2.get<float>();
 
   // ---- or both as decode GEMVs: the same weights, routing, activations and outputs ----
@@ -903,11 +928,12 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
 
   // ---- finalize ----
   FinalizeParams& fp = plan.finalize;
-  fp.deterministic = det;
+  fp.deterministic = det || rows16;
   fp.T = T;
   fp.N = H;
   fp.k = L.k_total;
-  fp.acc = ws.acc;
+  fp.acc = rows16 ? nullptr : ws.acc;
+  fp.rows16 = rows16 ? reinterpret_cast<const __nv_bfloat16*>(ws.acc) : nullptr;
   fp.route_slot = plan.fused_schedule || plan.gemv ? nullptr : ws.route_slot;  // rows by route
   fp.topk_ids = ws.topk_ids;
   fp.E = L.E_total;

@@ -237,6 +237,94 @@ TEST(LayerGpu, TokensOnMNeedTwoWeightScalesPerWave) {
   }
 }
 
+TEST(LayerGpu, FastModeBf16RouteRows) {
+  // Fast mode's down GEMM writing one bf16 row per route, summed by finalize (FMOE_ROWS16_MIN_T=1
+  // here: every T the engine runs): every compiled down config forced in turn, shared chunks,
+  // biases, NVFP4 through the engine and not through the decode GEMVs (they keep their atomics),
+  // repeats and bad ids dropped by the schedule kernel and the fused schedule; the rows are summed
+  // in route order, so two runs agree bit for bit.
+  FMOE_SKIP_WITHOUT_GPU();
+  detail::ScopedKnob<int> rows16(&detail::Knobs::rows16_min_t, 1);
+  auto check = [](const LayerCase& c, uint64_t seed, bool want_rows16, const std::vector<int32_t>* ids = nullptr,
+                  int want_dropped = 0) {
+    const LayerData d = make_layer_data(c, seed);
+    const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+    const bool validate = ids == nullptr;
+    const LayerRun run = run_layer(*g.layer, c, d, validate, ids);
+    const std::string ctx = c.describe() + strf(" seed %llu", (unsigned long long)seed) + " rows16 " +
+                            detail::gemm_config_info(run.plan.down_config).name;
+    EXPECT_EQ(run.plan.finalize.rows16 != nullptr, want_rows16) << ctx;
+    EXPECT_EQ(run.dropped, want_dropped) << ctx;
+    check_gate_up(c, d, g.layer->impl(), run, ctx);
+    check_down(c, d, g.layer->impl(), run, ctx);
+    if (!ids) check_end_to_end(c, d, run, ctx);
+    EXPECT_EQ(run_layer(*g.layer, c, d, validate, ids).y, run.y) << ctx << ": not bitwise stable";
+  };
+  for (int i = 0; i < int(detail::GemmConfigId::count); ++i) {
+    const detail::GemmConfigInfo ci = detail::gemm_config_info(detail::GemmConfigId(i));
+    if (ci.rows != detail::GemmRows::tma || ci.epilogue != detail::GemmEpilogue::combine) continue;
+    detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, ci.name);
+    const Precision p = ci.weights == detail::GemmWeights::bf16   ? Precision::bf16
+                        : ci.weights == detail::GemmWeights::e2m1 ? Precision::nvfp4
+                                                                  : Precision::fp8_block;
+    const MoeConfig cfg = scaled(find_preset("qwen3-30b-a3b"), 256, 256, 8, p);
+    check(make_case(cfg, 90, ReductionMode::fast), 3100 + i, true);
+  }
+  for (Precision p : {Precision::fp8_block, Precision::bf16, Precision::nvfp4}) {
+    MoeConfig chunks = scaled(find_preset("deepseek-v3"), 384, 128, 16, p);
+    chunks.shared_intermediate = 320;
+    chunks.validate();
+    check(make_case(chunks, 300, ReductionMode::fast), 3200, true);
+    const MoeConfig oss = scaled(find_preset("gpt-oss-120b"), 256, 128, 8, p);  // biases
+    check(make_case(oss, 40, ReductionMode::fast, LayerRoute::hot), 3201, true);
+  }
+  const MoeConfig nv = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 16, Precision::nvfp4);
+  check(make_case(nv, 4, ReductionMode::fast), 3300, false);  // decode GEMVs: fp32 atomics
+  check(make_case(nv, 4, ReductionMode::deterministic), 3301, false);  // deterministic: fp32 rows
+  const MoeConfig cfg = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 16, Precision::fp8_block);
+  for (int T : {6, 200}) {  // fused schedule, schedule kernel
+    const LayerCase c = make_case(cfg, T, ReductionMode::fast, LayerRoute::given);
+    std::vector<int32_t> ids = make_layer_data(c, 3400 + T).given.ids;
+    ids[1] = ids[0];  // token 0 repeats its first expert
+    ids[3] = 1000;    // out of range
+    check(c, 3400 + T, true, &ids, 2);
+  }
+}
+
+TEST(LayerGpu, Bf16RouteRowsOnceTheSumsOutgrowTheL2) {
+  // The default rule (no knob): fast mode writes bf16 route rows once the fp32 sums T * H * 4
+  // bytes exceed 50 MiB, and keeps its atomics at or below; deterministic mode keeps fp32 rows; the
+  // workspace is sized for the rows exactly when the rule takes them. Planned only: the rows path
+  // itself is checked by FastModeBf16RouteRows.
+  FMOE_SKIP_WITHOUT_GPU();
+  const MoeConfig cfg = scaled(find_preset("qwen3-30b-a3b"), 2048, 128, 8, Precision::fp8_block);
+  const LayerCase c0 = make_case(cfg, 1, ReductionMode::fast);
+  const LayerData d = make_layer_data(c0, 4100, /*codes=*/true);
+  const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+  const int H = cfg.hidden, k = cfg.top_k;
+  const int at = int((int64_t(50) << 20) / (4 * H));  // T * H * 4 == 50 MiB
+  DeviceBuffer d_x(size_t(at + 1) * H * 2), d_logits(size_t(at + 1) * cfg.num_experts * 4),
+      d_y(size_t(at + 1) * H * 2);
+  for (int T : {at, at + 1})
+    for (ReductionMode m : kModes) {
+      MoeForwardArgs a;
+      a.x = TensorRef::contiguous(d_x.get(), DType::bf16, {T, H}, Device::cuda);
+      a.router_logits = TensorRef::contiguous(d_logits.get(), DType::f32, {T, cfg.num_experts}, Device::cuda);
+      a.y = TensorRef::contiguous(d_y.get(), DType::bf16, {T, H}, Device::cuda);
+      a.mode = m;
+      const size_t bytes = g.layer->workspace_size(T, m);
+      DeviceBuffer ws(bytes);
+      const detail::LayerPlan plan = detail::plan_layer_forward(g.layer->impl(), a, ws.get(), bytes, nullptr);
+      const bool rows = T > at && m == ReductionMode::fast;
+      EXPECT_EQ(plan.finalize.rows16 != nullptr, rows) << "T=" << T << " " << reduction_mode_name(m);
+      EXPECT_EQ(plan.down.out_type == detail::GemmOut::bf16, rows) << "T=" << T;
+      EXPECT_EQ(plan.route_quant.zero_rows != nullptr, m == ReductionMode::fast && !rows) << "T=" << T;
+      if (m == ReductionMode::fast) {  // the sums [T, H] fp32, or the rows [T * k, H] bf16
+        EXPECT_GE(bytes, (rows ? size_t(T) * k * H * 2 : size_t(T) * H * 4)) << "T=" << T;
+      }
+    }
+}
+
 TEST(LayerGpu, Nvfp4OddSizesSharedChunksAndLargeT) {
   // NVFP4 weights (W4A16): H not a multiple of 64 (K padded in the prepared blocks), I not a
   // multiple of 64, a shared MLP in two chunks, and T with several token tiles per expert.
@@ -375,6 +463,16 @@ TEST(LayerGpu, SanitizerSmall) {
     const MoeConfig split = scaled(find_preset("deepseek-v3"), 1024, 128, 16, Precision::nvfp4);
     detail::ScopedKnob<bool> on(&detail::Knobs::split_k, true);
     for (ReductionMode m : kModes) run_case(make_case(split, 1, m), 1, false);
+  }
+  {
+    // Fast mode's bf16 route rows: the tokens_m and weights_m down GEMMs' bf16 stores, finalize's
+    // bf16 loads.
+    detail::ScopedKnob<int> rows16(&detail::Knobs::rows16_min_t, 1);
+    for (const char* name : {"down_fp8_bt128_w2_tm_s4", "down_fp8_bt128_s6"}) {
+      detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, name);
+      const MoeConfig qwen = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 8, Precision::fp8_block);
+      run_case(make_case(qwen, 150, ReductionMode::fast), 1, false);
+    }
   }
   for (Precision p : {Precision::fp8_block, Precision::bf16}) {
     const MoeConfig wide = scaled(find_preset("gpt-oss-120b"), 2880, 128, 4, p);
