@@ -21,6 +21,7 @@ const KnobInfo kKnobTable[] = {
     {"FMOE_SPLIT_K", "0 or 1", "1: the layer's gate/up GEMM splits K at decode wherever a part keeps 2 k-blocks (default 0: only the 4-bit gate/up, parts of >= 32)"},
     {"FMOE_GEMV_MAX_T", "an integer in [0, 8]", "the 4-bit layer runs both GEMMs as decode GEMVs up to this many tokens (0: never; default 8, the most they take)"},
     {"FMOE_EP_TIMEOUT", "an integer in [1, 86400]", "seconds 'run --ep' and 'bench --op ep_layer' wait for their rank processes before ending them (default 1800)"},
+    {"FMOE_GEMV_SPLIT", "1, 2 or 4", "K parts inside each CTA of the 4-bit decode GEMVs when they have few CTAs (default: the layer's rule)"},
     {"FMOE_ROWS16_MIN_T", "an integer in [0, 1073741824]", "fast mode's down GEMM writes one bf16 row per route, summed by finalize, from this many tokens up (0: never, always fp32 atomics; default: the layer's rule)"},
 };
 const int kNumKnobs = int(sizeof(kKnobTable) / sizeof(kKnobTable[0]));
@@ -75,6 +76,11 @@ Knobs read_knobs() {
   if (const char* v = env("FMOE_EP_TIMEOUT"))
     k.ep_timeout_s = parse_knob_int("FMOE_EP_TIMEOUT", v, 1, 86400);
   if (const char* v = env("FMOE_GEMV_MAX_T")) k.gemv_max_t = parse_knob_int("FMOE_GEMV_MAX_T", v, 0, 8);
+  if (const char* v = env("FMOE_GEMV_SPLIT")) {
+    k.gemv_split = parse_knob_int("FMOE_GEMV_SPLIT", v, 1, 4);
+    FMOE_REQUIRE(k.gemv_split != 3, "environment variable FMOE_GEMV_SPLIT=%s must be 1, 2 or 4",
+                 quote_user_text(v).c_str());
+  }
   if (const char* v = env("FMOE_ROWS16_MIN_T"))
     k.rows16_min_t = parse_knob_int("FMOE_ROWS16_MIN_T", v, 0, 1 << 30);
   return k;

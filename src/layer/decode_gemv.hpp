@@ -25,6 +25,9 @@ namespace fusedmoe::detail {
 
 /// The largest T the decode path takes (mma.sync's N = 8 columns, one route per token).
 constexpr int kDecodeGemvMaxT = 8;
+/// K parts inside a CTA of the GEMVs with few CTAs (sm90_decode_gemv.cuh); FMOE_GEMV_SPLIT=1|2|4.
+/// TODO(measure): chosen by the A/B of session 23.
+constexpr int kDecodeGemvSplit = 2;
 
 struct DecodeGemvParams {
   // ---- weights: prepared blocks [E, NB, KB] of e2m1::kBlockBytes, row factors [E, NB * 128]

@@ -20,6 +20,7 @@
 #include <algorithm>
 
 #include "common/cuda_check.hpp"
+#include "common/env.hpp"
 #include "common/launch.hpp"
 #include "common/ptx/sm90_ptx.cuh"
 #include "common/status.hpp"
@@ -105,19 +106,34 @@ __device__ void find_columns(const DecodeGemvParams& p, int route, Columns& c, b
 // kAhead: k-blocks of weights in flight per warp (a register ring of words and scales).
 // kMinCtas: CTAs an SM must hold (the register cap): 5 x 4 warps so that deepseek-v3's 576 up
 // CTAs at T=1 run in one round on 132 SMs; where the grid is small, a deeper ring instead.
-template <bool kUp, int kAhead, int kMinCtas>
-__global__ void __launch_bounds__(decode_gemv::kThreads, kMinCtas)
+// kSplit: K parts inside the CTA. Each part is a group of 4 warps over the same 64 rows and its
+// own k-blocks (its own B buffers and barrier); the parts' sums meet in shared memory, added in
+// part order, and part 0 stores them. Where the grid is small this multiplies the warps (and
+// bytes) in flight per SM: qwen3-30b-a3b's T=1 gate/up has 192 CTAs of 4 warps on 132 SMs (ncu:
+// DRAM 26%, 0.4 eligible warps per scheduler, docs/performance.md).
+template <bool kUp, int kAhead, int kMinCtas, int kSplit = 1>
+__global__ void __launch_bounds__(decode_gemv::kThreads * kSplit, kMinCtas)
 decode_gemv_kernel(const DecodeGemvParams p) {
   using namespace decode_gemv;
   constexpr int kChunk = kAhead;  // k-blocks of B per shared-memory buffer (the ring's slot of a
                                   // k-block is then a compile-time index)
   __shared__ Columns cols;
-  __shared__ alignas(16) uint32_t sb[2][kChunk][2][32][4];  // 1 KB per k-block
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __shared__ alignas(16) uint32_t sb_all[kSplit][2][kChunk][2][32][4];  // 1 KB per k-block
+  __shared__ alignas(16) float part_sums[kSplit > 1 ? kSplit - 1 : 1][kWarps][32][4];
+  const int part = threadIdx.x / kThreads, pt = threadIdx.x % kThreads;  // K part, thread in it
+  const int warp = pt / 32, lane = pt % 32;
   const int tile = blockIdx.x / 2, half = blockIdx.x % 2;
+  auto& sb = sb_all[part];
+  // This part's k-blocks [kb0, kb0 + nkb).
+  const int part_kb = (p.KB + kSplit - 1) / kSplit;
+  const int kb0 = part * part_kb, nkb = max(0, min(p.KB, kb0 + part_kb) - kb0);
+  auto part_sync = [&] {  // the part's 128 threads (named barrier 1 + part)
+    if constexpr (kSplit == 1) __syncthreads();
+    else asm volatile("bar.sync %0, %1;\n" ::"r"(1 + part), "r"(kThreads) : "memory");
+  };
   // The routing (up) or the intermediate (down) comes from the previous kernels.
   cudaGridDependencySynchronize();
-  if (warp == 0) find_columns(p, blockIdx.y, cols, kUp && blockIdx.x == 0);
+  if (threadIdx.x < 32) find_columns(p, blockIdx.y, cols, kUp && blockIdx.x == 0);
   __syncthreads();
   cudaTriggerProgrammaticLaunchCompletion();
   const int e = cols.e, ncols = cols.n;
@@ -125,7 +141,7 @@ decode_gemv_kernel(const DecodeGemvParams p) {
 
   // The fill: thread f of 128 packs, for each k-block, lane f / 4's two words of step f % 4
   // (column (f / 4) / 4 = f / 16, pair offset 2 ((f / 4) % 4)); zero past the columns and past K.
-  const int f = threadIdx.x;
+  const int f = pt;
   const int fg = f / 16, fq = (f / 4) % 4, fs = f % 4, flane = f / 4;
   const bool f_col = fg < ncols;
   const uint8_t* frow;
@@ -139,7 +155,8 @@ decode_gemv_kernel(const DecodeGemvParams p) {
   auto fetch = [&](int chunk) {
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) {
-      const int k0 = (chunk * kChunk + i) * e2m1::kBlockK + 16 * fs + 2 * fq;  // h = 0; h = 1 at + 8
+      const int k0 = (kb0 + chunk * kChunk + i) * e2m1::kBlockK + 16 * fs + 2 * fq;  // h = 0; h = 1 at + 8
+      // (past this part's k-blocks the fill reads the next part's columns: never used)
       const bool ok0 = f_col && k0 < p.K, ok1 = f_col && k0 + 8 < p.K;
       fill[i].x = ok0 ? *reinterpret_cast<const uint32_t*>(frow + 2 * int64_t(k0)) : 0u;
       fill[i].y = ok1 ? *reinterpret_cast<const uint32_t*>(frow + 2 * int64_t(k0 + 8)) : 0u;
@@ -153,7 +170,7 @@ decode_gemv_kernel(const DecodeGemvParams p) {
 
   // A: this warp's 16 rows are warp 4 * half + warp of the block's 8 (thread t of its 256).
   const int t = 128 * half + 32 * warp + lane;
-  const uint8_t* blocks = p.w_blocks + (int64_t(e) * p.NB + tile) * p.KB * e2m1::kBlockBytes;
+  const uint8_t* blocks = p.w_blocks + ((int64_t(e) * p.NB + tile) * p.KB + kb0) * e2m1::kBlockBytes;
   const uint8_t* my_words = blocks + e2m1::value_word_offset(t, 0);
   const uint8_t* my_scales = blocks + e2m1::kValueBytes + 8 * e2m1::thread_quad(t);
   uint4 words[kAhead];
@@ -164,24 +181,24 @@ decode_gemv_kernel(const DecodeGemvParams p) {
   };
 #pragma unroll
   for (int i = 0; i < kAhead; ++i)
-    if (i < p.KB) load(i, i);
+    if (i < nkb) load(i, i);
   fetch(0);
   store(0);
-  __syncthreads();
+  part_sync();
 
   float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};  // even / odd k16 steps
-  const int chunks = (p.KB + kChunk - 1) / kChunk;
+  const int chunks = (nkb + kChunk - 1) / kChunk;
   for (int c = 0; c < chunks; ++c) {
     const int buf = c % 2;
     if (c + 1 < chunks) fetch(c + 1);  // in flight while this chunk computes
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) {
-      const int kb = c * kChunk + i;
-      if (kb >= p.KB) break;
+      const int kb = c * kChunk + i;  // of this part's
+      if (kb >= nkb) break;
       const int slot = i % kAhead;
       uint32_t a[e2m1::kSteps][4];
       e2m1::decode_words(words[slot], scales[slot], a);
-      if (kb + kAhead < p.KB) load(slot, kb + kAhead);  // refill the slot just taken
+      if (kb + kAhead < nkb) load(slot, kb + kAhead);  // refill the slot just taken
       const uint4 b01 = *reinterpret_cast<const uint4*>(&sb[buf][i][0][lane][0]);
       const uint4 b23 = *reinterpret_cast<const uint4*>(&sb[buf][i][1][lane][0]);
       mma_bf16_16816(acc[0], a[0], b01.x, b01.y);
@@ -190,10 +207,23 @@ decode_gemv_kernel(const DecodeGemvParams p) {
       mma_bf16_16816(acc[1], a[3], b23.z, b23.w);
     }
     if (c + 1 < chunks) store(1 - buf);
-    __syncthreads();  // the next buffer is written; this one is read by every warp
+    part_sync();  // the next buffer is written; this one is read by every warp of the part
   }
 #pragma unroll
   for (int j = 0; j < 4; ++j) acc[0][j] += acc[1][j];
+  if constexpr (kSplit > 1) {  // the other parts' sums to part 0, added in part order
+    if (part > 0) *reinterpret_cast<float4*>(part_sums[part - 1][warp][lane]) = make_float4(acc[0][0], acc[0][1], acc[0][2], acc[0][3]);
+    __syncthreads();
+    if (part > 0) return;
+#pragma unroll
+    for (int from = 0; from < kSplit - 1; ++from) {
+      const float4 o = *reinterpret_cast<const float4*>(part_sums[from][warp][lane]);
+      acc[0][0] += o.x;
+      acc[0][1] += o.y;
+      acc[0][2] += o.z;
+      acc[0][3] += o.w;
+    }
+  }
 
   const int g = lane / 4, q = lane % 4;
   // acc: (row g, column 2q), (g, 2q + 1), (g + 8, 2q), (g + 8, 2q + 1) of the warp's 16 rows.
@@ -228,17 +258,27 @@ decode_gemv_kernel(const DecodeGemvParams p) {
 }
 
 inline void launch_decode_gemv_impl(bool up, const DecodeGemvParams& p, int num_sms, cudaStream_t stream) {
-  const dim3 grid(2 * p.NB, p.T * p.k), block(decode_gemv::kThreads);
+  const dim3 grid(2 * p.NB, p.T * p.k);
   // Up to T * k CTAs per half tile are launched; about one per hit expert runs. Many: hold five
-  // CTAs an SM with a 4-deep weight ring; few (under two per SM): an 8-deep ring instead.
+  // CTAs an SM with a 4-deep weight ring; few (under two per SM): an 8-deep ring, and K split in
+  // the CTA (kSplit above; FMOE_GEMV_SPLIT overrides the split of the few-CTA kernels).
   const int64_t running = int64_t(grid.x) * std::min(p.T * p.k, p.E);
   const bool many = running > 2 * int64_t(num_sms);
+  const int split = knobs().gemv_split > 0 ? knobs().gemv_split : kDecodeGemvSplit;
+  auto go = [&](auto kernel, int threads) {
+    launch_pdl(kernel, grid, dim3(threads), 0, stream, p);
+  };
+  constexpr int kT = decode_gemv::kThreads;
   if (up) {
-    if (many) launch_pdl(decode_gemv_kernel<true, 4, 5>, grid, block, 0, stream, p);
-    else launch_pdl(decode_gemv_kernel<true, 8, 2>, grid, block, 0, stream, p);
+    if (many) go(decode_gemv_kernel<true, 4, 5>, kT);
+    else if (split == 4) go(decode_gemv_kernel<true, 4, 1, 4>, 4 * kT);
+    else if (split == 2) go(decode_gemv_kernel<true, 8, 2, 2>, 2 * kT);
+    else go(decode_gemv_kernel<true, 8, 2>, kT);
   } else {
-    if (many) launch_pdl(decode_gemv_kernel<false, 4, 5>, grid, block, 0, stream, p);
-    else launch_pdl(decode_gemv_kernel<false, 8, 2>, grid, block, 0, stream, p);
+    if (many) go(decode_gemv_kernel<false, 4, 5>, kT);
+    else if (split == 4) go(decode_gemv_kernel<false, 4, 1, 4>, 4 * kT);
+    else if (split == 2) go(decode_gemv_kernel<false, 8, 2, 2>, 2 * kT);
+    else go(decode_gemv_kernel<false, 8, 2>, kT);
   }
   FMOE_CHECK_LAUNCH(up ? "decode_gemv_kernel<up>" : "decode_gemv_kernel<down>", stream);
 }

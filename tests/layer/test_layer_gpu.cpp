@@ -387,6 +387,39 @@ TEST(LayerGpu, DecodeGemvPathAndTheEngineAtTheSameT) {
   check_down(c, d, g.layer->impl(), run, c.describe() + " repeats, decode GEMVs");
 }
 
+TEST(LayerGpu, DecodeGemvKSplitInsideTheCta) {
+  // The decode GEMVs with few CTAs split K inside the CTA (FMOE_GEMV_SPLIT=1, 2, 4): K of 2
+  // k-blocks (parts with none), 6 (uneven parts), 8 and 45 (every ring wraps); both modes, and
+  // deterministic output stable from run to run.
+  FMOE_SKIP_WITHOUT_GPU();
+  MoeConfig chunks = scaled(find_preset("deepseek-v3"), 336, 128, 16, Precision::nvfp4);
+  chunks.shared_intermediate = 256;
+  chunks.validate();
+  const std::vector<MoeConfig> cfgs = {chunks, scaled(find_preset("qwen3-30b-a3b"), 512, 96, 32, Precision::nvfp4),
+                                       scaled(find_preset("gpt-oss-120b"), 2880, 128, 4, Precision::mxfp4)};
+  detail::ScopedKnob<int> gemv(&detail::Knobs::gemv_max_t, 8);
+  for (int split : {1, 2, 4}) {
+    detail::ScopedKnob<int> knob(&detail::Knobs::gemv_split, split);
+    for (const MoeConfig& cfg : cfgs)
+      for (int T : {1, 8})
+        for (ReductionMode m : kModes) {
+          const LayerCase c = make_case(cfg, T, m);
+          const LayerData d = make_layer_data(c, 700 + T);
+          const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+          const LayerRun run = run_layer(*g.layer, c, d);
+          const std::string ctx = c.describe() + strf(" GEMV split %d", split);
+          EXPECT_TRUE(run.plan.gemv) << ctx;
+          EXPECT_EQ(run.dropped, 0) << ctx;
+          check_gate_up(c, d, g.layer->impl(), run, ctx);
+          check_down(c, d, g.layer->impl(), run, ctx);
+          check_end_to_end(c, d, run, ctx);
+          if (m == ReductionMode::deterministic) {
+            EXPECT_EQ(run_layer(*g.layer, c, d).y, run.y) << ctx << ": not bitwise stable";
+          }
+        }
+  }
+}
+
 TEST(LayerGpu, Mxfp4OddSizesAndScalesFarBelowTheRowMax) {
   // MXFP4 weights (gpt-oss's format, W4A16): K not a multiple of 64 (H = 352, I = 96: the
   // prepared blocks pad K), several token tiles per expert, gpt-oss's clamped SwiGLU + biases.
@@ -450,6 +483,13 @@ TEST(LayerGpu, SanitizerSmall) {
     for (int max_t : {8, 0}) {
       detail::ScopedKnob<int> gemv(&detail::Knobs::gemv_max_t, max_t);
       for (ReductionMode m : kModes) run_case(make_case(wide, 4, m), 1, false);
+    }
+    {  // the GEMVs with K split in 1 and 4 parts inside the CTA (the default takes 2)
+      detail::ScopedKnob<int> gemv(&detail::Knobs::gemv_max_t, 8);
+      for (int split : {1, 4}) {
+        detail::ScopedKnob<int> knob(&detail::Knobs::gemv_split, split);
+        run_case(make_case(wide, 4, ReductionMode::fast), 1, false);
+      }
     }
     for (const char* name : {"up_e2m1_bt128_w2_s6", "down_e2m1_bt128_s8"}) {
       detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, name);
