@@ -33,45 +33,28 @@ finalize_kernel(const __grid_constant__ FinalizeParams p) {
   } else {
 #pragma unroll
     for (int j = 0; j < kCols; ++j) v[j] = 0.0f;
-    // kChunk routes' rows are loaded before any is added (more bytes in flight per thread than
-    // one route at a time, which read the bf16 rows at 2.65 TB/s on H100, deepseek-v3 T=8192);
-    // they are added in j order, as before.
-    constexpr int kChunk = 4;
-    for (int j0 = 0; j0 < p.k; j0 += kChunk) {
-      bool keep[kChunk];
-      uint4 raw[kChunk][2];
+    for (int j = 0; j < p.k; ++j) {
+      const int64_t route = int64_t(t) * p.k + j;
+      // A dropped route (bad expert id, or a repeated one past its expert's T slots) has no row.
+      if (p.route_slot ? p.route_slot[route] < 0 : route_dropped(p.topk_ids, route, p.k, p.E))
+        continue;
+      // (Loading 4 routes' rows before adding them was measured 7-10% slower on H100 with bf16
+      // rows, session 23: deepseek-v3 T=8192 399 -> 426 µs; not kept.)
+      if (p.rows16) {  // 8 bf16 outputs: one 16-byte load
+        const uint4 bits = __ldcs(reinterpret_cast<const uint4*>(p.rows16 + route * p.N + c));
+        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&bits);
 #pragma unroll
-      for (int i = 0; i < kChunk; ++i) {
-        const int64_t route = int64_t(t) * p.k + j0 + i;
-        // A dropped route (bad expert id, or a repeated one past its expert's T slots) has no row.
-        keep[i] = j0 + i < p.k &&
-                  !(p.route_slot ? p.route_slot[route] < 0 : route_dropped(p.topk_ids, route, p.k, p.E));
-        if (!keep[i]) continue;
-        if (p.rows16) {  // 8 bf16 outputs: one 16-byte load
-          raw[i][0] = __ldcs(reinterpret_cast<const uint4*>(p.rows16 + route * p.N + c));
-        } else {
-          const uint4* src = reinterpret_cast<const uint4*>(p.acc + route * p.N + c);
-          raw[i][0] = __ldcs(src);
-          raw[i][1] = __ldcs(src + 1);
+        for (int j = 0; j < 4; ++j) {
+          const float2 f = __bfloat1622float2(h[j]);
+          v[2 * j] += f.x;
+          v[2 * j + 1] += f.y;
         }
+        continue;
       }
-#pragma unroll
-      for (int i = 0; i < kChunk; ++i) {
-        if (!keep[i]) continue;
-        if (p.rows16) {
-          const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw[i][0]);
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const float2 f = __bfloat1622float2(h[j]);
-            v[2 * j] += f.x;
-            v[2 * j + 1] += f.y;
-          }
-        } else {
-          const float* f = reinterpret_cast<const float*>(&raw[i][0]);
-#pragma unroll
-          for (int j = 0; j < kCols; ++j) v[j] += f[j];
-        }
-      }
+      const float4* src = reinterpret_cast<const float4*>(p.acc + route * p.N + c);
+      const float4 a = __ldcs(src), b = __ldcs(src + 1);
+      v[0] += a.x; v[1] += a.y; v[2] += a.z; v[3] += a.w;
+      v[4] += b.x; v[5] += b.y; v[6] += b.z; v[7] += b.w;
     }
   }
   uint4 out;

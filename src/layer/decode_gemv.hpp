@@ -26,7 +26,9 @@ namespace fusedmoe::detail {
 /// The largest T the decode path takes (mma.sync's N = 8 columns, one route per token).
 constexpr int kDecodeGemvMaxT = 8;
 /// K parts inside a CTA of the GEMVs with few CTAs (sm90_decode_gemv.cuh); FMOE_GEMV_SPLIT=1|2|4.
-/// TODO(measure): chosen by the A/B of session 23.
+/// Measured on H100 (layer µs, split 1 / 2 / 4, docs/performance.md, session 23): qwen3-30b-a3b
+/// NVFP4 T=1 23.71 / 23.16 / 27.20, gpt-oss-120b MXFP4 T=1 42.73 / 40.25 / 42.91; at T >= 2 and
+/// for deepseek-v3 the GEMVs have many CTAs and take no split (equal within 1.2%).
 constexpr int kDecodeGemvSplit = 2;
 
 struct DecodeGemvParams {
