@@ -13,7 +13,9 @@ namespace fusedmoe {
 
 /// How the k expert outputs of a token are summed.
 enum class ReductionMode {
-  fast,           ///< fp32 atomics straight from the GEMM accumulators (order varies run to run)
+  fast,           ///< the fastest combine: fp32 atomics straight from the GEMM accumulators (order
+                  ///< varies run to run), or in MoeLayer, once the fp32 sums T x hidden x 4 bytes
+                  ///< outgrow the L2, one bf16 row per route summed in route order
   deterministic,  ///< per-route fp32 rows, summed per token in choice order: bitwise reproducible
 };
 const char* reduction_mode_name(ReductionMode m);
