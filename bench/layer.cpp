@@ -199,7 +199,8 @@ void LayerBench::run_tokens(int T) {
     add_row(row, note + ", " + common);
     if (!opt_.stages) continue;
     for (const LayerStage stage : detail::kLayerStages) {
-      if (stage == LayerStage::schedule && plans[0].fused_schedule) continue;
+      // No schedule kernel runs where the GEMM builds the table or the GEMVs need none.
+      if (stage == LayerStage::schedule && (plans[0].fused_schedule || plans[0].gemv)) continue;
       const Stats ts = time_graph([&](cudaStream_t st, int i) {
         const LayerPlan& plan = plans[size_t(i % copies)];
         if (stage == LayerStage::schedule) {  // alone, it needs what stage 1 leaves zeroed
@@ -215,7 +216,10 @@ void LayerBench::run_tokens(int T) {
       sr.tokens = T;
       sr.t = ts;
       add_row(sr, strf("%.0f%% of the layer%s", 100.0 * ts.median_us / t.median_us,
-                       stage == LayerStage::gate_up && plans[0].fused_schedule ? " (builds the schedule)" : ""));
+                       stage == LayerStage::gate_up && plans[0].fused_schedule ? " (builds the schedule)"
+                       : stage == LayerStage::schedule ? " (with the two memsets it needs alone, which "
+                                                         "route_quant does in the layer)"
+                                                       : ""));
     }
   }
 }
