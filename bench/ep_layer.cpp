@@ -8,6 +8,11 @@
 //   ep_layer.dispatch  dispatch kernels (plan + pack) + the counts and rows all-to-alls
 //   ep_layer.local     receive + the local MoeLayer on R * cap rows + return to the slots
 //   ep_layer.combine   the results all-to-all + the combine kernel
+//   ep_layer.single    the single-GPU MoeLayer on this rank's T tokens with all E experts (what
+//                      the rank would run alone; the weak-scaling baseline)
+//   nccl.all_to_all    NCCL's all-to-all alone on the same buffers (counts, rows, results): the
+//                      ceilings of the dispatch and combine rows (their floor column), and the
+//                      small-message latency of the decode target (step <= single + 2 x counts)
 // Every rank replays the same graphs the same number of times, so the NCCL calls pair up; a
 // piece's time includes waiting for the slowest rank at its all-to-alls. The EP layer is built
 // for each T with max_tokens_per_rank = T (every rank has T tokens), and the all-to-alls move
@@ -80,10 +85,12 @@ int launch_ep_layer(const cli::Args& args, const std::vector<std::string>& argv)
 
 #if defined(FMOE_HAS_NCCL)
 // What one rank reports to rank 0 for one (T, mode): four timings and the check.
-constexpr int kStats = 4;
+constexpr int kStats = 8;
 constexpr int kVals = kStats * 3 + 4;
-enum Slot { kWhole, kDispatch, kLocal, kCombine };
-const char* const kSlotOp[kStats] = {"ep_layer", "ep_layer.dispatch", "ep_layer.local", "ep_layer.combine"};
+enum Slot { kWhole, kDispatch, kLocal, kCombine, kSingle, kA2aCounts, kA2aRows, kA2aResults };
+const char* const kSlotOp[kStats] = {"ep_layer", "ep_layer.dispatch", "ep_layer.local",
+                                     "ep_layer.combine", "ep_layer.single", "nccl.all_to_all",
+                                     "nccl.all_to_all", "nccl.all_to_all"};
 
 void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch);
 
@@ -124,6 +131,10 @@ void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch)
     size_t ws_bytes = 0;
     for (ReductionMode m : modes) ws_bytes = std::max(ws_bytes, ep.workspace_size(cli::ep_combine_for(m), m));
     DeviceBuffer ws(ws_bytes);
+    size_t single_ws_bytes = 256;
+    for (ReductionMode m : modes)
+      single_ws_bytes = std::max(single_ws_bytes, r.whole.layer->workspace_size(T, m));
+    DeviceBuffer single_ws(single_ws_bytes);
     const cli::EpTokens tok = cli::ep_tokens(cfg, r.host, T, seed, ch.rank);
     const cli::LayerCost cost = cli::layer_cost(cfg, tok.routing, T);
     for (const ReductionMode mode : modes) {
@@ -160,6 +171,15 @@ void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch)
         detail::ep_all_to_all(comm, x.results.send, x.results.recv, x.results.bytes_per_peer, s);
         detail::ep_combine(ep, a, w, s);
       }, stream, kLaunchesPerGraph);
+      const MoeForwardArgs single = cli::ep_single_args(r, tok, y.get(), H, k, mode);
+      t[kSingle] = time_graph([&](cudaStream_t s, int) {
+        r.whole.layer->forward(single, single_ws.get(), single_ws.bytes(), reinterpret_cast<Stream>(s));
+      }, stream, kLaunchesPerGraph);
+      const detail::EpExchange* ex[3] = {&x.counts, &x.rows, &x.results};
+      for (int i = 0; i < 3; ++i)
+        t[kA2aCounts + i] = time_graph([&](cudaStream_t s, int) {
+          detail::ep_all_to_all(comm, ex[i]->send, ex[i]->recv, ex[i]->bytes_per_peer, s);
+        }, stream, kLaunchesPerGraph);
 
       // Every rank's numbers to rank 0 (the same vector in each of this rank's R chunks).
       std::vector<double> mine(kVals, 0.0);
@@ -185,8 +205,11 @@ void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch)
 
       const double dispatch_bytes = double(R) * double(x.counts.bytes_per_peer + x.rows.bytes_per_peer);
       const double combine_bytes = double(R) * double(x.results.bytes_per_peer);
+      const char* const a2a_name[3] = {"counts", "rows", "results"};
       for (int s = 0; s < R; ++s) {
         const double* v = all.data() + size_t(s) * kVals;
+        const double a2a_dispatch = v[3 * kA2aCounts] + v[3 * kA2aRows];
+        const double a2a_combine = v[3 * kA2aResults];
         const std::string check = mode == ReductionMode::deterministic
             ? std::string("bitwise = MoeLayer")
             : strf("rel L2 %.1e vs MoeLayer", v[3 * kStats + 2]);
@@ -203,20 +226,36 @@ void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch)
           row.t.p90_us = v[3 * i + 2];
           row.t.samples = t[i].samples;  // the same on every rank: the replays pair up
           std::string note;
-          if (i == kWhole || i == kLocal) {
+          if (i == kWhole || i == kLocal || i == kSingle) {
             row.flops = v[3 * kStats + 3];  // this rank's tokens' routes (the local layer's share varies)
             set_floor(row, *ctx.ceil, cfg.weight_precision == Precision::fp8_block ? "fp8" : "bf16");
-            note = i == kWhole ? strf("%s, %.0f rows / %.0f routes received", check.c_str(),
-                                      v[3 * kStats], v[3 * kStats + 1])
-                               : strf("%.0f%% of the step", 100.0 * v[3 * i] / v[0]);
-          } else {
+            if (i == kWhole)
+              note = strf("%s, %.0f rows / %.0f routes received; dispatch + combine at %.0f%% of "
+                          "NCCL's all_to_all alone on their bytes; the single-GPU layer is %.0f%% "
+                          "of this step (weak scaling); step / (single + 2 x small all_to_all) = "
+                          "%.2f", check.c_str(), v[3 * kStats], v[3 * kStats + 1],
+                          100.0 * (a2a_dispatch + a2a_combine) / (v[3 * kDispatch] + v[3 * kCombine]),
+                          100.0 * v[3 * kSingle] / v[0],
+                          v[0] / (v[3 * kSingle] + 2 * v[3 * kA2aCounts]));
+            else if (i == kLocal)
+              note = strf("%.0f%% of the step", 100.0 * v[3 * i] / v[0]);
+            else
+              note = "MoeLayer on this rank's T tokens, all E experts on one GPU";
+          } else if (i == kDispatch || i == kCombine) {
             row.bytes = i == kDispatch ? dispatch_bytes : combine_bytes;
-            // No floor: nothing here measures the link's ceiling. (push_back, not = "-": g++ 12
-            // warns falsely there, -Wrestrict.)
-            row.floor_kind.push_back('-');
+            // The floor: NCCL's all-to-all alone on the same buffers, measured just before.
+            row.floor_us = i == kDispatch ? a2a_dispatch : a2a_combine;
+            row.floor_kind = "nccl";
             note = strf("%.0f%% of the step; GB/s: %.1f MB sent in fixed chunks of cap=%d rows, "
                         "own chunk included", 100.0 * v[3 * i] / v[0], row.bytes / 1e6,
                         ep.max_tokens_per_rank());
+          } else {
+            const detail::EpExchange& e = *ex[i - kA2aCounts];
+            row.bytes = double(R) * double(e.bytes_per_peer);
+            row.config = a2a_name[i - kA2aCounts];
+            row.mode.clear();
+            row.floor_kind.push_back('-');  // (push_back, not = "-": g++ 12 warns falsely, -Wrestrict)
+            note = strf("NCCL's all-to-all alone: %zu bytes per peer", e.bytes_per_peer);
           }
           row.note = note;
           print_row(row, *ctx.ceil);

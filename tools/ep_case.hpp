@@ -141,21 +141,28 @@ inline EpForwardArgs ep_forward_args(const EpTokens& t, void* y, int H, int k, i
   return a;
 }
 
-/// The single-GPU layer on the same tokens and routing, in `mode`: y as bf16 bits.
-inline std::vector<uint16_t> ep_reference(const EpRank& r, const EpTokens& t, int H, int k,
-                                          ReductionMode mode) {
+/// The single-GPU MoeLayer's arguments for the same tokens and routing, output into `y`.
+inline MoeForwardArgs ep_single_args(const EpRank& r, const EpTokens& t, void* y, int H, int k,
+                                     ReductionMode mode) {
   const int device = r.child.device;
-  DeviceBuffer y(std::max<size_t>(size_t(t.T) * H * 2, 16));
-  y.fill(0xFF);  // NaN: every element must be written
-  const size_t ws_bytes = r.whole.layer->workspace_size(t.T, mode);
-  DeviceBuffer ws(std::max<size_t>(ws_bytes, 256));
   MoeForwardArgs a;
   a.x = TensorRef::contiguous(t.x.get(), DType::bf16, {t.T, H}, Device::cuda, device);
   a.routing_given = true;
   a.topk_ids = TensorRef::contiguous(t.ids.get(), DType::i32, {t.T, k}, Device::cuda, device);
   a.topk_weights = TensorRef::contiguous(t.weights.get(), DType::f32, {t.T, k}, Device::cuda, device);
-  a.y = TensorRef::contiguous(y.get(), DType::bf16, {t.T, H}, Device::cuda, device);
+  a.y = TensorRef::contiguous(y, DType::bf16, {t.T, H}, Device::cuda, device);
   a.mode = mode;
+  return a;
+}
+
+/// The single-GPU layer on the same tokens and routing, in `mode`: y as bf16 bits.
+inline std::vector<uint16_t> ep_reference(const EpRank& r, const EpTokens& t, int H, int k,
+                                          ReductionMode mode) {
+  DeviceBuffer y(std::max<size_t>(size_t(t.T) * H * 2, 16));
+  y.fill(0xFF);  // NaN: every element must be written
+  const size_t ws_bytes = r.whole.layer->workspace_size(t.T, mode);
+  DeviceBuffer ws(std::max<size_t>(ws_bytes, 256));
+  const MoeForwardArgs a = ep_single_args(r, t, y.get(), H, k, mode);
   r.whole.layer->forward(a, ws.get(), ws.bytes(), reinterpret_cast<Stream>(r.stream));
   wait_or_die(r.stream, 60, "MoeLayer::forward (the single-GPU reference of --ep)");
   std::vector<uint16_t> out = y.to_host<uint16_t>();
