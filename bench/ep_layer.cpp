@@ -13,6 +13,9 @@
 //   nccl.all_to_all    NCCL's all-to-all alone on the same buffers (counts, rows, results): the
 //                      ceilings of the dispatch and combine rows (their floor column), and the
 //                      small-message latency of the decode target (step <= single + 2 x counts)
+//   ep_layer.shared    (shared experts) the shared experts alone: routing + one-expert layer
+//   ep_layer.serial    (shared experts) the whole step with them first on the caller's stream
+//                      instead of on the side stream beside the exchanges (overlap_shared=false)
 // Every rank replays the same graphs the same number of times, so the NCCL calls pair up; a
 // piece's time includes waiting for the slowest rank at its all-to-alls. The EP layer is built
 // for each T with max_tokens_per_rank = T (every rank has T tokens), and the all-to-alls move
@@ -85,12 +88,14 @@ int launch_ep_layer(const cli::Args& args, const std::vector<std::string>& argv)
 
 #if defined(FMOE_HAS_NCCL)
 // What one rank reports to rank 0 for one (T, mode): four timings and the check.
-constexpr int kStats = 8;
+constexpr int kStats = 10;
 constexpr int kVals = kStats * 3 + 4;
-enum Slot { kWhole, kDispatch, kLocal, kCombine, kSingle, kA2aCounts, kA2aRows, kA2aResults };
+enum Slot { kWhole, kDispatch, kLocal, kCombine, kSingle, kA2aCounts, kA2aRows, kA2aResults,
+            kShared, kSerial };
 const char* const kSlotOp[kStats] = {"ep_layer", "ep_layer.dispatch", "ep_layer.local",
                                      "ep_layer.combine", "ep_layer.single", "nccl.all_to_all",
-                                     "nccl.all_to_all", "nccl.all_to_all"};
+                                     "nccl.all_to_all", "nccl.all_to_all", "ep_layer.shared",
+                                     "ep_layer.serial"};
 
 void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch);
 
@@ -175,6 +180,16 @@ void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch)
       t[kSingle] = time_graph([&](cudaStream_t s, int) {
         r.whole.layer->forward(single, single_ws.get(), single_ws.bytes(), reinterpret_cast<Stream>(s));
       }, stream, kLaunchesPerGraph);
+      const bool shared = cfg.num_shared_experts > 0;
+      if (shared) {
+        t[kShared] = time_graph([&](cudaStream_t s, int) { detail::ep_shared(ep, a, w, s); }, stream,
+                                kLaunchesPerGraph);
+        EpForwardArgs serial = a;
+        serial.overlap_shared = false;
+        t[kSerial] = time_graph([&](cudaStream_t s, int) {
+          ep.forward(serial, w, ws.bytes(), reinterpret_cast<Stream>(s));
+        }, stream, kLaunchesPerGraph);
+      }
       const detail::EpExchange* ex[3] = {&x.counts, &x.rows, &x.results};
       for (int i = 0; i < 3; ++i)
         t[kA2aCounts + i] = time_graph([&](cudaStream_t s, int) {
@@ -214,6 +229,7 @@ void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch)
             ? std::string("bitwise = MoeLayer")
             : strf("rel L2 %.1e vs MoeLayer", v[3 * kStats + 2]);
         for (int i = 0; i < kStats; ++i) {
+          if ((i == kShared || i == kSerial) && cfg.num_shared_experts == 0) continue;
           Row row;
           row.op = kSlotOp[i];
           row.shape = strf("%s %s R=%d rank %d", cfg.name.c_str(),
@@ -226,7 +242,11 @@ void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch)
           row.t.p90_us = v[3 * i + 2];
           row.t.samples = t[i].samples;  // the same on every rank: the replays pair up
           std::string note;
-          if (i == kWhole || i == kLocal || i == kSingle) {
+          if (i == kShared) {
+            row.floor_kind.push_back('-');
+            note = strf("%.0f%% of the step (on the side stream, beside the dispatch)",
+                        100.0 * v[3 * i] / v[0]);
+          } else if (i == kWhole || i == kLocal || i == kSingle || i == kSerial) {
             row.flops = v[3 * kStats + 3];  // this rank's tokens' routes (the local layer's share varies)
             set_floor(row, *ctx.ceil, cfg.weight_precision == Precision::fp8_block ? "fp8" : "bf16");
             if (i == kWhole)
@@ -239,6 +259,9 @@ void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch)
                           v[0] / (v[3 * kSingle] + 2 * v[3 * kA2aCounts]));
             else if (i == kLocal)
               note = strf("%.0f%% of the step", 100.0 * v[3 * i] / v[0]);
+            else if (i == kSerial)
+              note = strf("the shared experts first, on the step's stream: %.2fx the overlapped step",
+                          v[3 * i] / v[0]);
             else
               note = "MoeLayer on this rank's T tokens, all E experts on one GPU";
           } else if (i == kDispatch || i == kCombine) {
@@ -273,15 +296,15 @@ using Kind = BenchOption::Kind;
 const std::vector<BenchOption> kOptions = {
     {"ep", "R", "ranks: processes on this host, rank r on GPU r (default 1; needs R sm_90 GPUs)",
      Kind::integer, {}, 1, 1 << 10},
-    {"preset", "NAME", "model preset (default qwen3-30b-a3b; no shared experts, or --shared drop)",
+    {"preset", "NAME", "model preset (default qwen3-30b-a3b)",
      Kind::preset},
     {"tokens", "LIST", "comma-separated tokens per rank in [0, 65536] (default 128,8192)",
      Kind::int_list, {}, 0, 65536},
     {"precision", "fp8|bf16", "weight precision (default fp8)", Kind::choice, {"fp8", "bf16"}},
     {"mode", "fast|deterministic|both", "fast: rank-order combine, deterministic: choice-order "
      "combine (default both)", Kind::choice, {"fast", "deterministic", "both"}},
-    {"shared", "keep|drop", "drop: leave the preset's shared experts out (the EP layer does not "
-     "run them yet), e.g. for deepseek-v3 (default keep)", Kind::choice, {"keep", "drop"}},
+    {"shared", "keep|drop", "drop: leave the preset's shared experts out (default keep: every "
+     "rank runs them on its own tokens)", Kind::choice, {"keep", "drop"}},
     {"seed", "N", "seed of the random weights and inputs (default 1)", Kind::integer, {}, 0, 1ll << 62},
 };
 

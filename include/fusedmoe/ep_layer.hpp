@@ -80,6 +80,10 @@ struct EpForwardArgs {
   EpCombine combine = EpCombine::choice_order;
   ReductionMode mode = ReductionMode::fast;  ///< the local layer's mode in rank_order
                                              ///< (choice_order runs it deterministic)
+  /// Shared experts: run them on a side stream (forked from and joined back into the caller's
+  /// stream, graph-capturable) while the dispatch and the exchanges go on (true), or first, on
+  /// the caller's stream (false). The result is the same bits either way.
+  bool overlap_shared = true;
 };
 
 /// What the last step on a workspace counted (EpMoeLayer::stats).
@@ -98,9 +102,11 @@ class EpMoeLayer {
   /// `cfg` is the whole layer's (E experts, top_k); `local_weights` hold this rank's experts
   /// [first, first + count) of the contiguous partition (count = E / R, one more on the first
   /// E % R ranks), in MoeLayer's formats with E replaced by count. The routing is the caller's:
-  /// routing_bias must be empty. Shared experts are not supported yet (they would run once on the
-  /// token's rank). Every rank must own at least top_k experts. `comm` is borrowed and must
-  /// outlive the layer. Throws Error naming the argument.
+  /// routing_bias must be empty. Shared experts (cfg.num_shared_experts > 0): every rank holds
+  /// the whole shared MLP (shared_w13 / shared_w2 / their scales, shared_gate for Qwen) and runs
+  /// it on its own tokens, deterministically, its row added after the routes' (as MoeLayer does).
+  /// Every rank must own at least top_k experts. `comm` is borrowed and must outlive the layer.
+  /// Throws Error naming the argument.
   EpMoeLayer(const MoeConfig& cfg, const MoeLayerWeights& local_weights, const EpCommunicator& comm,
              int max_tokens_per_rank, Stream stream = nullptr);
   ~EpMoeLayer();

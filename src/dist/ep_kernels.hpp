@@ -8,7 +8,9 @@
 //   dest:    launch_ep_receive   recv_counts [R] + recv rows -> recv_offsets, row_slot, the local
 //                                layer's routing [R * cap, k] and its compact x [R * cap, payload]
 //   dest:    launch_ep_return    the local layer's output -> return rows at the sources' slots
-//   source:  launch_ep_combine   returned rows -> y [T, H] bf16, rank order or choice order
+//   source:  launch_ep_combine   returned rows (+ the shared expert's) -> y [T, H] bf16, rank
+//                                order or choice order
+//   source:  launch_ep_shared_routing  the shared expert's one-expert routing of the own tokens
 //
 // A send/receive row is `row_bytes` long (ep_row_layout): the payload (the token's activation
 // bytes, a multiple of 16), then k int32 local expert ids (-1: the choice is on another rank),
@@ -114,11 +116,26 @@ struct EpCombineParams {
   const int32_t* token_row = nullptr;  // rank order: [T, R]
   const int32_t* route_row = nullptr;  // choice order: [T, k]
   const void* ret = nullptr;           // what came back: laid out as EpReturnParams::ret
+  const float* shared = nullptr;       // the shared expert's f32 rows [T, H] (row stride H), added
+                                       // last, or nullptr
   __nv_bfloat16* y = nullptr;          // [T, H], row stride ldy elements; every element written
   int64_t ldy = 0;
 };
 /// y[t] = bf16(fp32 sum from 0.0f): rank order over d of the bf16 partials, choice order over j
-/// of the f32 route rows (the deterministic finalize's sum, term for term).
+/// of the f32 route rows (the deterministic finalize's sum, term for term), then the shared
+/// expert's row (MoeLayer's shared column comes after the top_k routes).
 void launch_ep_combine(const EpCombineParams& p, cudaStream_t stream);
+
+/// The shared expert's routing on the token's rank: its one-expert layer's ids [T] (all 0) and
+/// weights [T]: sigmoid(x[t] . gate) (Qwen's shared_expert_gate) or 1, by route_quant's formula.
+struct EpSharedRoutingParams {
+  int T = 0, H = 0;                        // H % 2 == 0
+  const __nv_bfloat16* x = nullptr;        // [T, H], row stride ldx elements (4-byte aligned rows)
+  int64_t ldx = 0;
+  const __nv_bfloat16* gate = nullptr;     // [H] or nullptr (weight 1)
+  int32_t* ids = nullptr;                  // [T]
+  float* weights = nullptr;                // [T]
+};
+void launch_ep_shared_routing(const EpSharedRoutingParams& p, cudaStream_t stream);
 
 }  // namespace fusedmoe::detail

@@ -5,10 +5,14 @@
 //   routing) -> return kernel -> all-to-all of results -> combine kernel.
 // Every size is fixed by max_tokens_per_rank (cap): the local layer always runs on R * cap rows,
 // the ones that did not arrive carrying no routes, so no count ever reaches the host.
+// Shared experts run on the token's own rank, as a one-expert MoeLayer of the shared MLP on the
+// rank's T tokens (deterministic: f32 rows the combine adds after the routes, as MoeLayer's
+// finalize does), on a side stream forked from the caller's, so they overlap the exchanges.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <climits>
+#include <mutex>
 
 #include "common/cuda_check.hpp"
 #include "common/tensor_check.hpp"
@@ -29,6 +33,18 @@ struct EpMoeLayer::Impl {
   int first = 0, E_local = 0;
   detail::EpRowLayout row;          // payload: a bf16 row of x (the local layer quantizes it)
   std::unique_ptr<MoeLayer> local;  // this rank's experts, caller-given routing
+  // Shared experts: the shared MLP as one expert, routed by ep_shared_routing (every token, its
+  // gate's weight or 1); the side stream and its fork / join events overlap it with the exchanges.
+  std::unique_ptr<MoeLayer> shared;
+  const __nv_bfloat16* shared_gate = nullptr;
+  cudaStream_t side = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
+  std::mutex side_mutex;  // one forward at a time records and waits on fork / join
+  ~Impl() {
+    if (fork) cudaEventDestroy(fork);
+    if (join) cudaEventDestroy(join);
+    if (side) cudaStreamDestroy(side);
+  }
 };
 
 namespace {
@@ -61,6 +77,12 @@ struct EpWorkspace {
   uint8_t* ret_recv = nullptr;       // the same
   uint8_t* local_ws = nullptr;       // the local layer's workspace
   size_t local_ws_bytes = 0;
+  // shared experts only
+  int32_t* shared_ids = nullptr;     // [cap]
+  float* shared_weights = nullptr;   // [cap]
+  uint8_t* shared_y = nullptr;       // [cap, H] bf16 (the one-expert layer's own output, unused)
+  uint8_t* shared_ws = nullptr;      // the one-expert layer's workspace, deterministic, cap rows
+  size_t shared_ws_bytes = 0;
 };
 
 ReductionMode local_mode(EpCombine combine, ReductionMode mode) {
@@ -100,7 +122,30 @@ size_t ep_workspace_layout(const EpMoeLayer::Impl& L, EpCombine combine, Reducti
   take(w.ret_recv, rows * ret_row_bytes);
   w.local_ws_bytes = L.local->workspace_size(int(rows), local_mode(combine, mode));
   take(w.local_ws, int64_t(w.local_ws_bytes));
+  if (L.shared) {
+    take(w.shared_ids, int64_t(L.cap) * 4);
+    take(w.shared_weights, int64_t(L.cap) * 4);
+    take(w.shared_y, int64_t(L.cap) * H * 2);
+    w.shared_ws_bytes = L.shared->workspace_size(L.cap, ReductionMode::deterministic);
+    take(w.shared_ws, int64_t(w.shared_ws_bytes));
+  }
   return off;
+}
+
+// A shared-MLP tensor as expert 0 of a one-expert layer: [a, b] -> [1, a, b]; the 4-bit global
+// scales [2] -> [1, 2] and [1] (already [E] with E = 1) as they are.
+TensorRef one_expert(TensorRef t, bool matrix) {
+  if (!t.data || (!matrix && !(t.ndim == 1 && t.shape[0] == 2))) return t;
+  FMOE_REQUIRE(t.ndim < TensorRef::kMaxDims, "%s: a shared-expert tensor has %d dimensions: %s",
+               kOp, t.ndim, t.describe().c_str());
+  for (int d = t.ndim; d > 0; --d) {
+    t.shape[d] = t.shape[d - 1];
+    t.stride[d] = t.stride[d - 1];
+  }
+  t.stride[0] = t.ndim > 0 ? t.shape[1] * t.stride[1] : 1;
+  t.shape[0] = 1;
+  ++t.ndim;
+  return t;
 }
 
 void check_bf16_rows(const char* name, const TensorRef& t, int T, int H, int device) {
@@ -139,7 +184,7 @@ EpMoeLayer::EpMoeLayer(const MoeConfig& cfg, const MoeLayerWeights& local_weight
   L.cap = max_tokens_per_rank;
   L.H = cfg.hidden;
   L.k = cfg.top_k;
-  detail::ep_check_config(cfg, L.R);  // R <= E, no shared experts, top_k experts per rank
+  detail::ep_check_config(cfg, L.R);  // R <= E, top_k experts per rank
   const detail::ExpertPartition part(cfg.num_experts, L.R);
   L.part = {cfg.num_experts, L.R, cfg.num_experts / L.R, cfg.num_experts % L.R};
   L.first = part.first(L.rank);
@@ -162,10 +207,68 @@ EpMoeLayer::EpMoeLayer(const MoeConfig& cfg, const MoeLayerWeights& local_weight
   // arrived). Llama 4's weight on the input is a property of the experts' input, so it stays.
   MoeConfig local = cfg;
   local.num_experts = L.E_local;
+  local.num_shared_experts = 0;
+  local.shared_intermediate = 0;
+  local.shared_expert_gate = false;
   if (cfg.routing.fn != RoutingFn::sigmoid_top1_on_input) local.routing = RoutingConfig{};
   else local.routing = RoutingConfig{RoutingFn::sigmoid_top1_on_input};
-  L.local = std::make_unique<MoeLayer>(local, local_weights, stream);
+  MoeLayerWeights routed = local_weights;
+  for (TensorRef* t : {&routed.shared_w13, &routed.shared_w13_scale, &routed.shared_w13_scale_2,
+                       &routed.shared_w2, &routed.shared_w2_scale, &routed.shared_w2_scale_2,
+                       &routed.shared_gate})
+    *t = TensorRef{};
+  L.local = std::make_unique<MoeLayer>(local, routed, stream);
   L.row = detail::ep_row_layout(int64_t(L.H) * 2, L.k);
+
+  if (cfg.num_shared_experts > 0) {
+    // The shared MLP as expert 0 of a one-expert layer (top_k 1, the caller-given routing of
+    // ep_shared_routing); its weights are views of the caller's shared tensors.
+    MoeConfig sc = cfg;
+    sc.num_experts = 1;
+    sc.top_k = 1;
+    sc.intermediate = cfg.shared_intermediate;
+    sc.num_shared_experts = 0;
+    sc.shared_intermediate = 0;
+    sc.shared_expert_gate = false;
+    sc.expert_bias = false;
+    sc.routing = RoutingConfig{};
+    MoeLayerWeights sw;
+    sw.w13 = one_expert(local_weights.shared_w13, true);
+    sw.w13_scale = one_expert(local_weights.shared_w13_scale, true);
+    sw.w13_scale_2 = one_expert(local_weights.shared_w13_scale_2, false);
+    sw.w2 = one_expert(local_weights.shared_w2, true);
+    sw.w2_scale = one_expert(local_weights.shared_w2_scale, true);
+    sw.w2_scale_2 = one_expert(local_weights.shared_w2_scale_2, false);
+    FMOE_REQUIRE(sw.w13.data && sw.w2.data,
+                 "%s: the config has %d shared experts but local_weights.shared_w13 / shared_w2 "
+                 "are missing (every rank runs the shared MLP on its own tokens)", kOp,
+                 cfg.num_shared_experts);
+    try {
+      L.shared = std::make_unique<MoeLayer>(sc, sw, stream);
+    } catch (const Error& e) {
+      throw Error(strf("%s: the shared experts (their weights as one expert: w13 is shared_w13, "
+                       "w2 is shared_w2): %s", kOp, e.what()));
+    }
+    if (cfg.shared_expert_gate) {
+      const TensorRef& g = local_weights.shared_gate;
+      FMOE_REQUIRE(g.data && g.numel() == L.H,
+                   "%s: shared_gate must hold H=%d values ([H] or [1, H]), got %s", kOp, L.H,
+                   g.describe().c_str());
+      using namespace detail;
+      check_dtype(kOp, "shared_gate", g, DType::bf16);
+      check_contiguous(kOp, "shared_gate", g);
+      check_aligned(kOp, "shared_gate", g, 16);
+      check_on_device(kOp, "shared_gate", g);
+      check_same_device(kOp, "shared_gate", g, device);
+      L.shared_gate = static_cast<const __nv_bfloat16*>(g.data);
+    }
+    FMOE_CUDA(cudaStreamCreateWithFlags(&L.side, cudaStreamNonBlocking));
+    FMOE_CUDA(cudaEventCreateWithFlags(&L.fork, cudaEventDisableTiming));
+    FMOE_CUDA(cudaEventCreateWithFlags(&L.join, cudaEventDisableTiming));
+  } else {
+    FMOE_REQUIRE(!local_weights.shared_w13.data && !local_weights.shared_w2.data,
+                 "%s: shared_w13 / shared_w2 were given, but the config has no shared experts", kOp);
+  }
 }
 
 EpMoeLayer::~EpMoeLayer() = default;
@@ -204,6 +307,9 @@ EpExchanges ep_check_forward(const EpMoeLayer& layer, const EpForwardArgs& a, vo
                "need (size it with workspace_size)", kOp, workspace_bytes, need);
   EpWorkspace w;
   ep_workspace_layout(L, a.combine, a.mode, workspace, &w);
+  FMOE_REQUIRE(!L.shared || L.shared->workspace_size(T, ReductionMode::deterministic) <= w.shared_ws_bytes,
+               "%s: internal: the shared experts' workspace for T=%d exceeds the one sized for "
+               "max_tokens_per_rank=%d", kOp, T, L.cap);
   // Fixed chunks whatever the counts say: the receiver reads only the rows below them.
   const size_t ret_row_bytes = a.combine == EpCombine::choice_order ? size_t(L.k) * L.H * 4
                                                                     : size_t(L.H) * 2;
@@ -300,6 +406,33 @@ void ep_local(const EpMoeLayer& layer, const EpForwardArgs& a, void* workspace,
   launch_ep_return(ret, stream);
 }
 
+void ep_shared(const EpMoeLayer& layer, const EpForwardArgs& a, void* workspace,
+               cudaStream_t stream) {
+  const EpMoeLayer::Impl& L = layer.impl();
+  const int T = int(a.x.shape[0]), device = L.comm->device;
+  if (!L.shared || T == 0) return;
+  EpWorkspace w;
+  ep_workspace_layout(L, a.combine, a.mode, workspace, &w);
+  EpSharedRoutingParams sp;
+  sp.T = T;
+  sp.H = L.H;
+  sp.x = static_cast<const __nv_bfloat16*>(a.x.data);
+  sp.ldx = a.x.stride[0];
+  sp.gate = L.shared_gate;
+  sp.ids = w.shared_ids;
+  sp.weights = w.shared_weights;
+  launch_ep_shared_routing(sp, stream);
+  MoeForwardArgs sa;
+  sa.x = a.x;
+  sa.routing_given = true;
+  sa.topk_ids = TensorRef::contiguous(w.shared_ids, DType::i32, {T, 1}, Device::cuda, device);
+  sa.topk_weights = TensorRef::contiguous(w.shared_weights, DType::f32, {T, 1}, Device::cuda, device);
+  sa.validate_routing = false;
+  sa.y = TensorRef::contiguous(w.shared_y, DType::bf16, {T, L.H}, Device::cuda, device);
+  sa.mode = ReductionMode::deterministic;
+  L.shared->forward(sa, w.shared_ws, w.shared_ws_bytes, reinterpret_cast<Stream>(stream));
+}
+
 void ep_combine(const EpMoeLayer& layer, const EpForwardArgs& a, void* workspace,
                 cudaStream_t stream) {
   const EpMoeLayer::Impl& L = layer.impl();
@@ -315,6 +448,12 @@ void ep_combine(const EpMoeLayer& layer, const EpForwardArgs& a, void* workspace
   cp.token_row = w.token_row;
   cp.route_row = w.route_row;
   cp.ret = w.ret_recv;
+  if (L.shared && cp.T > 0) {
+    // The one-expert layer's deterministic rows: one per route, route t * 1 + 0 = token t.
+    LayerWorkspace sws;
+    layer_workspace_layout(L.shared->impl(), cp.T, ReductionMode::deterministic, w.shared_ws, &sws);
+    cp.shared = sws.acc;
+  }
   cp.y = static_cast<__nv_bfloat16*>(a.y.data);
   cp.ldy = a.y.stride[0];
   launch_ep_combine(cp, stream);
@@ -330,11 +469,25 @@ void EpMoeLayer::forward(const EpForwardArgs& a, void* workspace, size_t workspa
                "simulated one, for tests)", kOp);
   cudaStream_t stream = reinterpret_cast<cudaStream_t>(stream_in);
   const EpExchanges x = ep_check_forward(*this, a, workspace, workspace_bytes);
+  Impl& L = *impl_;
+  const bool side = L.shared && a.overlap_shared && a.x.shape[0] > 0;
+  std::unique_lock<std::mutex> lock(L.side_mutex, std::defer_lock);
+  if (side) {
+    // Fork: the shared experts on the side stream, while this stream dispatches and exchanges.
+    lock.lock();
+    FMOE_CUDA(cudaEventRecord(L.fork, stream));
+    FMOE_CUDA(cudaStreamWaitEvent(L.side, L.fork, 0));
+    ep_shared(*this, a, workspace, L.side);
+    FMOE_CUDA(cudaEventRecord(L.join, L.side));
+  } else {
+    ep_shared(*this, a, workspace, stream);
+  }
   ep_dispatch(*this, a, workspace, stream);
   ep_all_to_all(comm, x.counts.send, x.counts.recv, x.counts.bytes_per_peer, stream);
   ep_all_to_all(comm, x.rows.send, x.rows.recv, x.rows.bytes_per_peer, stream);
   ep_local(*this, a, workspace, stream);
   ep_all_to_all(comm, x.results.send, x.results.recv, x.results.bytes_per_peer, stream);
+  if (side) FMOE_CUDA(cudaStreamWaitEvent(stream, L.join, 0));  // join before the combine
   ep_combine(*this, a, workspace, stream);
 }
 

@@ -34,7 +34,11 @@ void ep_dispatch(const EpMoeLayer& layer, const EpForwardArgs& args, void* works
 /// After the counts and rows arrived: receive, the local layer, the results into their slots.
 void ep_local(const EpMoeLayer& layer, const EpForwardArgs& args, void* workspace,
               cudaStream_t stream);
-/// After the results arrived: the combine into args.y.
+/// The shared experts of this rank's tokens (nothing without them): their routing and the
+/// one-expert layer, into the workspace's shared rows. Before ep_combine, on any stream.
+void ep_shared(const EpMoeLayer& layer, const EpForwardArgs& args, void* workspace,
+               cudaStream_t stream);
+/// After the results arrived (and ep_shared ran): the combine into args.y.
 void ep_combine(const EpMoeLayer& layer, const EpForwardArgs& args, void* workspace,
                 cudaStream_t stream);
 

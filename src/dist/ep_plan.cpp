@@ -36,10 +36,6 @@ ExpertPartition::ExpertPartition(int num_experts, int num_ranks) {
 void ep_check_config(const MoeConfig& cfg, int num_ranks) {
   constexpr const char* kOp = "EpMoeLayer";
   const ExpertPartition part(cfg.num_experts, num_ranks);  // throws when R > E or R < 1
-  FMOE_REQUIRE(cfg.num_shared_experts == 0,
-               "%s: the config has %d shared experts; the EP layer does not run shared experts "
-               "yet (they would run once per token on its own rank, not on the experts' ranks)",
-               kOp, cfg.num_shared_experts);
   FMOE_REQUIRE(part.count(num_ranks - 1) >= cfg.top_k,
                "%s: %d experts over %d ranks leave %d on the last rank, fewer than top_k=%d (the "
                "local layer's routing table is [rows, top_k] over its own experts)", kOp,

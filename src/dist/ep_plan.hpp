@@ -55,8 +55,8 @@ class ExpertPartition {
 };
 
 /// What the EP layer asks of the whole layer's config for R ranks, before any GPU work (the CLI
-/// checks `run --ep R` with it in the parent process): 1 <= R <= E, no shared experts (not run by
-/// the EP layer yet), and every rank owning at least top_k experts. Throws Error naming the
+/// checks `run --ep R` with it in the parent process): 1 <= R <= E and every rank owning at least
+/// top_k experts. Throws Error naming the
 /// numbers, the same sentences EpMoeLayer's constructor gives (it calls this).
 void ep_check_config(const MoeConfig& cfg, int num_ranks);
 

@@ -80,4 +80,12 @@ void launch_ep_combine(const EpCombineParams& p, cudaStream_t stream) {
   FMOE_CHECK_LAUNCH("ep_combine_kernel", stream);
 }
 
+void launch_ep_shared_routing(const EpSharedRoutingParams& p, cudaStream_t stream) {
+  using Cfg = EpKernelConfig;
+  if (p.T == 0) return;
+  launch_kernel(ep_shared_routing_kernel, dim3(grid_of(p.T, Cfg::kRowsPerCta)),
+                dim3(Cfg::kRowThreads), 0, stream, false, p);
+  FMOE_CHECK_LAUNCH("ep_shared_routing_kernel", stream);
+}
+
 }  // namespace fusedmoe::detail

@@ -13,6 +13,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "dist/ep_kernels.hpp"
+#include "route/sm90_shared_gate.cuh"
 #include "schedule/sm90_route_drop.cuh"
 
 namespace fusedmoe::detail {
@@ -260,11 +261,30 @@ ep_combine_kernel(const __grid_constant__ EpCombineParams p) {
       }
     }
   }
+  if (p.shared) {  // last, as MoeLayer's shared column follows the top_k routes
+    const float4* src = reinterpret_cast<const float4*>(p.shared + int64_t(t) * p.H + c);
+    const float4 a = __ldcs(src), b = __ldcs(src + 1);
+    v[0] += a.x; v[1] += a.y; v[2] += a.z; v[3] += a.w;
+    v[4] += b.x; v[5] += b.y; v[6] += b.z; v[7] += b.w;
+  }
   uint4 out;
   __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&out);
 #pragma unroll
   for (int q = 0; q < 4; ++q) h[q] = __floats2bfloat162_rn(v[2 * q], v[2 * q + 1]);
   *reinterpret_cast<uint4*>(p.y + int64_t(t) * p.ldy + c) = out;
+}
+
+// ---- the shared expert's routing: a warp per token ----------------------------------------------
+__global__ void __launch_bounds__(EpKernelConfig::kRowThreads)
+ep_shared_routing_kernel(const __grid_constant__ EpSharedRoutingParams p) {
+  const int lane = threadIdx.x % 32;
+  const int t = int(blockIdx.x) * EpKernelConfig::kRowsPerCta + int(threadIdx.x / 32);
+  if (t >= p.T) return;
+  const float w = p.gate ? shared_gate_weight(p.x + int64_t(t) * p.ldx, p.gate, p.H, lane) : 1.0f;
+  if (lane == 0) {
+    p.ids[t] = 0;
+    p.weights[t] = w;
+  }
 }
 
 }  // namespace fusedmoe::detail

@@ -21,6 +21,7 @@
 #include "common/ptx/sm90_ptx.cuh"
 #include "route/route_quant.hpp"
 #include "route/sm90_route.cuh"
+#include "route/sm90_shared_gate.cuh"
 
 namespace fusedmoe::detail {
 
@@ -115,19 +116,9 @@ __device__ __forceinline__ void emit_row(const RouteQuantParams& p, int64_t row,
 
 // The shared columns of token t: expert E + c, weight sigmoid(x . shared_gate) or 1. One warp.
 __device__ __forceinline__ void route_shared(const RouteQuantParams& p, int t, int lane) {
-  float w = 1.0f;
-  if (p.shared_gate) {
-    const __nv_bfloat16* x = p.x + int64_t(t) * p.ldx;
-    float dot = 0.0f;
-    for (int c = lane; c < p.K / 2; c += 32) {  // K % 16 == 0: whole bf16 pairs
-      const float2 a = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(x)[c]);
-      const float2 g = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(p.shared_gate)[c]);
-      dot = fmaf(a.x, g.x, fmaf(a.y, g.y, dot));
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-    w = 1.0f / (1.0f + __expf(-dot));
-  }
+  // K % 16 == 0: whole bf16 pairs
+  const float w = p.shared_gate ? shared_gate_weight(p.x + int64_t(t) * p.ldx, p.shared_gate, p.K, lane)
+                                : 1.0f;
   const int chunks = p.k_total - p.k;
   if (lane < chunks) {
     p.topk_ids[int64_t(t) * p.k_total + p.k + lane] = p.E + lane;

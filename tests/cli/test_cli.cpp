@@ -812,10 +812,19 @@ TEST(Cli, RunEpOneRankPassesOnAGpu) {
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(has(r.out, "0 tokens, 0 rows and 0 routes received")) << r.out;
   EXPECT_TRUE(has(r.out, "0 of 0 elements differ from MoeLayer's bits -> PASS")) << r.out;
-  r = run_cli("run --ep 1 --preset qwen3.5-35b-a3b");
-  EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_TRUE(has(r.out, "EpMoeLayer: the config has 1 shared experts")) << r.out;
-  EXPECT_FALSE(has(r.out, "rank 0")) << r.out;
+  // Shared experts with Qwen's gate: every rank runs them on its own tokens.
+  const std::string shared = write_file("ep_shared.json",
+      R"({"model_type": "qwen2_moe", "hidden_size": 256, "moe_intermediate_size": 64,
+          "num_experts": 16, "num_experts_per_tok": 4, "shared_expert_intermediate_size": 64,
+          "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}})");
+  r = run_cli("run --ep 1 --mode deterministic --tokens 48 --config " + shared);
+  EXPECT_EQ(r.code, 0) << r.out;
+  for (const char* s : {"shared=1x64(gated)", "choice-order combine: 0 of 12288 elements differ "
+                        "from MoeLayer's bits", "  result   : PASS"})
+    EXPECT_TRUE(has(r.out, s)) << s << "\n" << r.out;
+  r = run_cli("run --ep 1 --tokens 48 --config " + shared);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "  result   : PASS")) << r.out;
 }
 
 TEST(Cli, BenchEpLayerOneRankOnAGpu) {
