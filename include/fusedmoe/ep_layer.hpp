@@ -125,7 +125,10 @@ class EpMoeLayer {
 
   /// dispatch (counts and rows all-to-all) -> the local MoeLayer on what arrived (caller-given
   /// routing) -> results all-to-all -> combine into y. Every rank must call it, in the same
-  /// order, with the same combine (T may differ, and be 0). No host synchronization.
+  /// order, with the same combine (T may differ, and be 0). No host synchronization. With
+  /// several GPUs in one process (a thread per rank), build every rank's layer and workspace
+  /// before any rank's first forward: with peer access on, cudaMalloc / cudaFree wait for the
+  /// peers' NCCL kernels, which wait for the rank that is allocating.
   void forward(const EpForwardArgs& args, void* workspace, size_t workspace_bytes,
                Stream stream) const;
 

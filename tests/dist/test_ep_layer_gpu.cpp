@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <exception>
+#include <barrier>
 #include <thread>
 
 #include "common/device_buffer.hpp"
@@ -688,9 +689,14 @@ void compare_nccl_ranks(int R, const MoeConfig& cfg, int tokens_per_rank, uint64
     const bool choice = combine == EpCombine::choice_order;
     std::vector<std::vector<uint16_t>> got(static_cast<size_t>(R));
     std::vector<std::string> errors(static_cast<size_t>(R));
+    // One process, a thread per GPU: with peer access on (NCCL enables it), cudaMalloc and
+    // cudaFree wait for the peers' kernels, so a rank allocating while another's NCCL kernel waits
+    // for it deadlocks. Every rank sets up, then all run, then all tear down (the barriers).
+    std::barrier<> ready(R), done(R);
     std::vector<std::thread> threads;
     for (int r = 0; r < R; ++r)
       threads.emplace_back([&, r] {
+        bool arrived_ready = false, arrived_done = false;
         try {
           FMOE_CUDA(cudaSetDevice(r));
           const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);  // this GPU's copy
@@ -704,12 +710,29 @@ void compare_nccl_ranks(int R, const MoeConfig& cfg, int tokens_per_rank, uint64
                                     d.given.weights.begin() + ptrdiff_t((t0 + tokens_per_rank) * k));
           const std::vector<int32_t> ids(d.given.ids.begin() + ptrdiff_t(t0 * k),
                                          d.given.ids.begin() + ptrdiff_t((t0 + tokens_per_rank) * k));
+          const Inputs in = upload(mine, ids, tokens_per_rank);
           cudaStream_t stream;
           FMOE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-          got[size_t(r)] = run_ep(ep, upload(mine, ids, tokens_per_rank), H, k, combine, stream);
+          DeviceBuffer y(size_t(tokens_per_rank) * H * 2);
+          y.fill(0xFF);  // NaN: every element must be written
+          const size_t ws_bytes = ep.workspace_size(combine, ReductionMode::deterministic);
+          DeviceBuffer ws(ws_bytes);
+          ws.fill(0xFF);
+          FMOE_CUDA(cudaDeviceSynchronize());
+          arrived_ready = true;
+          ready.arrive_and_wait();
+          ep.forward(ep_args(in, y, H, k, combine), ws.get(), ws_bytes, reinterpret_cast<Stream>(stream));
+          FMOE_CUDA(cudaStreamSynchronize(stream));
+          got[size_t(r)] = y.to_host<uint16_t>();
+          arrived_done = true;
+          done.arrive_and_wait();
           FMOE_CUDA(cudaStreamDestroy(stream));
         } catch (const std::exception& e) {
           errors[size_t(r)] = e.what();
+          // Leave the barriers to the others (they then report this rank's error, not a hang;
+          // a rank stuck in NCCL for a peer that failed still hangs, as NCCL itself would).
+          if (!arrived_ready) ready.arrive_and_drop();
+          if (!arrived_done) done.arrive_and_drop();
         }
       });
     for (std::thread& t : threads) t.join();
