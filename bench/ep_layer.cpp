@@ -16,6 +16,9 @@
 //   ep_layer.shared    (shared experts) the shared experts alone: routing + one-expert layer
 //   ep_layer.serial    (shared experts) the whole step with them first on the caller's stream
 //                      instead of on the side stream beside the exchanges (overlap_shared=false)
+//   ep_layer.chunked   (--chunks N > 1) the whole step split into N pipelined chunks (the
+//                      exchanges of one beside the local layer of another; --local-sms S leaves
+//                      the GEMMs S SMs), checked against MoeLayer by relative L2 first
 // Every rank replays the same graphs the same number of times, so the NCCL calls pair up; a
 // piece's time includes waiting for the slowest rank at its all-to-alls. The EP layer is built
 // for each T with max_tokens_per_rank = T (every rank has T tokens), and the all-to-alls move
@@ -32,6 +35,7 @@
 
 #include "bench/registry.hpp"
 #include "common/cuda_check.hpp"
+#include "fusedmoe/ep_layer.hpp"
 #include "tools/ep_launch.hpp"
 
 #if defined(FMOE_HAS_NCCL)
@@ -88,14 +92,14 @@ int launch_ep_layer(const cli::Args& args, const std::vector<std::string>& argv)
 
 #if defined(FMOE_HAS_NCCL)
 // What one rank reports to rank 0 for one (T, mode): four timings and the check.
-constexpr int kStats = 10;
+constexpr int kStats = 11;
 constexpr int kVals = kStats * 3 + 4;
 enum Slot { kWhole, kDispatch, kLocal, kCombine, kSingle, kA2aCounts, kA2aRows, kA2aResults,
-            kShared, kSerial };
+            kShared, kSerial, kChunked };
 const char* const kSlotOp[kStats] = {"ep_layer", "ep_layer.dispatch", "ep_layer.local",
                                      "ep_layer.combine", "ep_layer.single", "nccl.all_to_all",
                                      "nccl.all_to_all", "nccl.all_to_all", "ep_layer.shared",
-                                     "ep_layer.serial"};
+                                     "ep_layer.serial", "ep_layer.chunked"};
 
 void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch);
 
@@ -115,6 +119,8 @@ void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch)
   const std::vector<long long> tokens = args.int_list("tokens", kDefaultTokens, 0, 65536);
   const std::vector<ReductionMode> modes = modes_of(args);
   const uint64_t seed = uint64_t(args.integer("seed", 1, 0, 1ll << 62));
+  const int chunks = int(args.integer("chunks", 1, 1, kEpMaxChunks));
+  const int local_sms = int(args.integer("local-sms", 0, 0, 1 << 10));
   const int H = cfg.hidden, k = cfg.top_k;
   const int max_t = int(*std::max_element(tokens.begin(), tokens.end()));
   const bool print = ch.rank == 0;
@@ -134,7 +140,9 @@ void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch)
     const int T = int(T_ll);
     const EpMoeLayer& ep = r.make_layer(T);
     size_t ws_bytes = 0;
-    for (ReductionMode m : modes) ws_bytes = std::max(ws_bytes, ep.workspace_size(cli::ep_combine_for(m), m));
+    for (ReductionMode m : modes)
+      ws_bytes = std::max({ws_bytes, ep.workspace_size(cli::ep_combine_for(m), m),
+                           ep.workspace_size(cli::ep_combine_for(m), m, std::min(chunks, std::max(T, 1)))});
     DeviceBuffer ws(ws_bytes);
     size_t single_ws_bytes = 256;
     for (ReductionMode m : modes)
@@ -190,6 +198,26 @@ void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch)
           ep.forward(serial, w, ws.bytes(), reinterpret_cast<Stream>(s));
         }, stream, kLaunchesPerGraph);
       }
+      const bool chunked = chunks > 1 && T >= chunks;
+      if (chunked) {
+        // Checked first (another split of the rows over the local layer's calls, so by
+        // relative L2), then timed.
+        EpForwardArgs c = a;
+        c.chunks = chunks;
+        c.local_sms = local_sms;
+        y.fill(0xFF);
+        ep.forward(c, w, ws.bytes(), reinterpret_cast<Stream>(stream));
+        cli::wait_or_die(stream, 120, strf("EpMoeLayer::forward (chunks=%d) on rank %d", chunks, ch.rank));
+        std::vector<uint16_t> cgot = y.to_host<uint16_t>();
+        cgot.resize(size_t(T) * H);
+        const cli::EpCheck cchk = cli::check_ep_output(cgot, want, false);
+        FMOE_REQUIRE(cchk.ok(), "bench ep_layer: rank %d, %s T=%d %s chunks=%d: %s (seed %llu)",
+                     ch.rank, cfg.name.c_str(), T, reduction_mode_name(mode), chunks,
+                     cli::describe_ep_check(cchk, cgot, want, H).c_str(), (unsigned long long)seed);
+        t[kChunked] = time_graph([&](cudaStream_t s, int) {
+          ep.forward(c, w, ws.bytes(), reinterpret_cast<Stream>(s));
+        }, stream, kLaunchesPerGraph);
+      }
       const detail::EpExchange* ex[3] = {&x.counts, &x.rows, &x.results};
       for (int i = 0; i < 3; ++i)
         t[kA2aCounts + i] = time_graph([&](cudaStream_t s, int) {
@@ -230,6 +258,7 @@ void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch)
             : strf("rel L2 %.1e vs MoeLayer", v[3 * kStats + 2]);
         for (int i = 0; i < kStats; ++i) {
           if ((i == kShared || i == kSerial) && cfg.num_shared_experts == 0) continue;
+          if (i == kChunked && !chunked) continue;
           Row row;
           row.op = kSlotOp[i];
           row.shape = strf("%s %s R=%d rank %d", cfg.name.c_str(),
@@ -246,7 +275,7 @@ void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch)
             row.floor_kind.push_back('-');
             note = strf("%.0f%% of the step (on the side stream, beside the dispatch)",
                         100.0 * v[3 * i] / v[0]);
-          } else if (i == kWhole || i == kLocal || i == kSingle || i == kSerial) {
+          } else if (i == kWhole || i == kLocal || i == kSingle || i == kSerial || i == kChunked) {
             row.flops = v[3 * kStats + 3];  // this rank's tokens' routes (the local layer's share varies)
             set_floor(row, *ctx.ceil, cfg.weight_precision == Precision::fp8_block ? "fp8" : "bf16");
             if (i == kWhole)
@@ -259,6 +288,10 @@ void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch)
                           v[0] / (v[3 * kSingle] + 2 * v[3 * kA2aCounts]));
             else if (i == kLocal)
               note = strf("%.0f%% of the step", 100.0 * v[3 * i] / v[0]);
+            else if (i == kChunked)
+              note = strf("%d chunks%s: %.2fx the unchunked step; the single-GPU layer is %.0f%% "
+                          "of it", chunks, local_sms ? strf(", GEMMs on %d SMs", local_sms).c_str() : "",
+                          v[3 * i] / v[0], 100.0 * v[3 * kSingle] / v[3 * i]);
             else if (i == kSerial)
               note = strf("the shared experts first, on the step's stream: %.2fx the overlapped step",
                           v[3 * i] / v[0]);
@@ -306,6 +339,10 @@ const std::vector<BenchOption> kOptions = {
     {"shared", "keep|drop", "drop: leave the preset's shared experts out (default keep: every "
      "rank runs them on its own tokens)", Kind::choice, {"keep", "drop"}},
     {"seed", "N", "seed of the random weights and inputs (default 1)", Kind::integer, {}, 0, 1ll << 62},
+    {"chunks", "N", "also time the step split into N pipelined chunks (default 1: not)",
+     Kind::integer, {}, 1, kEpMaxChunks},
+    {"local-sms", "S", "with --chunks: the local layer's GEMMs on at most S SMs (default 0: all)",
+     Kind::integer, {}, 0, 1 << 10},
 };
 
 const Register kEpLayer{BenchOp{

@@ -40,7 +40,7 @@ namespace fusedmoe::cli {
 const char* kRunUsage =
     "usage: fusedmoe run [--preset NAME | --config PATH] [--tokens N] [--seed N]\n"
     "                    [--precision bf16|fp8|nvfp4|mxfp4] [--top-k N] [--backend auto|cpu|gpu]\n"
-    "                    [--mode fast|deterministic] [--projection] [--ep R]\n"
+    "                    [--mode fast|deterministic] [--projection] [--ep R [--chunks N]]\n"
     "       fusedmoe run --model DIR --layer N [--tokens N] [--seed N] [--backend B] [--mode M]\n"
     "\n"
     "One MoE layer forward (routing, gate/up, activation, down, weighted combine, shared expert)\n"
@@ -78,8 +78,10 @@ const char* kRunUsage =
     "                    output against the single-GPU layer on the same tokens and routing\n"
     "                    (bitwise in deterministic mode, choice-order combine; relative L2 in\n"
     "                    fast mode, rank-order combine) and prints one line; PASS when all pass.\n"
-    "                    Needs R sm_90 GPUs, a build with NCCL, no shared experts and at least\n"
-    "                    top-k experts per rank (e.g. --preset qwen3-30b-a3b)\n";
+    "                    Shared experts run on every rank on its own tokens. Needs R sm_90 GPUs,\n"
+    "                    a build with NCCL and at least top-k experts per rank\n"
+    "  --chunks N        with --ep: the step split into N pipelined chunks (1..8; checked by\n"
+    "                    relative L2 when N > 1)\n";
 
 namespace {
 
@@ -533,7 +535,7 @@ int run_model(const std::string& dir, int layer, int T, uint64_t seed, const std
 int cmd_run(const std::vector<std::string>& argv) {
   set_activity("reading the arguments");
   Args args(argv, {"preset", "config", "tokens", "seed", "precision", "top-k", "backend", "mode",
-                   "model", "layer", "ep", kEpChildOption},
+                   "model", "layer", "ep", "chunks", kEpChildOption},
             {"projection"});
   if (args.has("preset") && args.has("config"))
     throw UsageError("give either --preset or --config, not both");
@@ -555,6 +557,7 @@ int cmd_run(const std::vector<std::string>& argv) {
                      backend, mode);
   }
   if (args.has("layer")) throw UsageError("--layer needs --model DIR");
+  if (args.has("chunks") && !args.has("ep")) throw UsageError("--chunks needs --ep R");
   if (args.has(kEpChildOption) && !args.has("ep"))
     throw UsageError(strf("--%s is internal: the ranks of --ep get it from their parent", kEpChildOption));
   if (args.has("ep")) {

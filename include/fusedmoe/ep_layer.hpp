@@ -70,6 +70,9 @@ enum class EpCombine {
   choice_order,
 };
 
+/// The most chunks a step can be split into (EpForwardArgs::chunks).
+constexpr int kEpMaxChunks = 8;
+
 /// One step of one rank. Tensors in device memory on the layer's device.
 struct EpForwardArgs {
   TensorRef x;             ///< [T, H] bf16, T <= max_tokens_per_rank, 16-byte aligned rows
@@ -84,6 +87,14 @@ struct EpForwardArgs {
   /// stream, graph-capturable) while the dispatch and the exchanges go on (true), or first, on
   /// the caller's stream (false). The result is the same bits either way.
   bool overlap_shared = true;
+  /// Split the step into this many chunks of ceil(max_tokens_per_rank / chunks) tokens,
+  /// pipelined: the exchanges run on a stream of the layer's own, so chunk c + 1's dispatch and
+  /// chunk c - 1's return move while chunk c's local layer computes. Every rank must pass the
+  /// same value; the workspace is sized for it (workspace_size). 1: no pipelining.
+  int chunks = 1;
+  /// The local layer's GEMMs use at most this many SMs (0: all), leaving the rest to NCCL's
+  /// kernels while the chunks overlap.
+  int local_sms = 0;
 };
 
 /// What the last step on a workspace counted (EpMoeLayer::stats).
@@ -119,9 +130,10 @@ class EpMoeLayer {
   int num_local_experts() const;
   int max_tokens_per_rank() const;
 
-  /// Workspace bytes for steps in this combine (and, for rank_order, local mode). Needs no
-  /// initialization; serves every later step with the same combine and mode.
-  size_t workspace_size(EpCombine combine, ReductionMode mode) const;
+  /// Workspace bytes for steps in this combine (and, for rank_order, local mode) split into
+  /// `chunks` (EpForwardArgs::chunks). Needs no initialization; serves every later step with the
+  /// same combine, mode and chunks.
+  size_t workspace_size(EpCombine combine, ReductionMode mode, int chunks = 1) const;
 
   /// dispatch (counts and rows all-to-all) -> the local MoeLayer on what arrived (caller-given
   /// routing) -> results all-to-all -> combine into y. Every rank must call it, in the same
@@ -133,7 +145,8 @@ class EpMoeLayer {
                Stream stream) const;
 
   /// The counts of the last step on `workspace`. Synchronizes `stream`; for diagnostics.
-  EpStats stats(const void* workspace, EpCombine combine, ReductionMode mode, Stream stream) const;
+  EpStats stats(const void* workspace, EpCombine combine, ReductionMode mode, Stream stream,
+                int chunks = 1) const;
 
   struct Impl;
   const Impl& impl() const { return *impl_; }

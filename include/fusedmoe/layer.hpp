@@ -27,6 +27,11 @@ struct MoeForwardArgs {
   bool validate_routing = true;
   TensorRef y;              ///< [T, H] bf16 output, unit column stride, 16-byte aligned rows
   ReductionMode mode = ReductionMode::fast;
+  /// The grouped GEMMs' persistent grids use at most this many SMs (0: every SM), leaving the
+  /// rest to work that runs beside the layer (the EP layer's NCCL kernels). The configs are
+  /// chosen for that many SMs (for 4-bit weights this can change the split of K, and with it the
+  /// last bits).
+  int max_sms = 0;
 };
 
 class MoeLayer {

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <climits>
 #include <mutex>
+#include <vector>
 
 #include "common/cuda_check.hpp"
 #include "common/tensor_check.hpp"
@@ -39,11 +40,21 @@ struct EpMoeLayer::Impl {
   const __nv_bfloat16* shared_gate = nullptr;
   cudaStream_t side = nullptr;
   cudaEvent_t fork = nullptr, join = nullptr;
-  std::mutex side_mutex;  // one forward at a time records and waits on fork / join
+  // Chunked steps: the communication stream and its events (arrived[c]: chunk c's rows are here;
+  // computed[c]: its local layer is done).
+  cudaStream_t comm_stream = nullptr;
+  cudaEvent_t comm_fork = nullptr, comm_join = nullptr;
+  cudaEvent_t arrived[kEpMaxChunks] = {}, computed[kEpMaxChunks] = {};
+  std::mutex side_mutex;  // one forward at a time records and waits on these events
   ~Impl() {
-    if (fork) cudaEventDestroy(fork);
-    if (join) cudaEventDestroy(join);
+    for (cudaEvent_t e : {fork, join, comm_fork, comm_join})
+      if (e) cudaEventDestroy(e);
+    for (int c = 0; c < kEpMaxChunks; ++c) {
+      if (arrived[c]) cudaEventDestroy(arrived[c]);
+      if (computed[c]) cudaEventDestroy(computed[c]);
+    }
     if (side) cudaStreamDestroy(side);
+    if (comm_stream) cudaStreamDestroy(comm_stream);
   }
 };
 
@@ -54,8 +65,11 @@ constexpr size_t kAlign = 256;
 
 size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
-// The workspace, in the order taken. Scratch of one step; nothing needs initialization.
+// The workspace: the shared experts' part (all T tokens), then `chunks` copies of one chunk's
+// arrays (cap rows per peer each), so every chunk of a pipelined step has buffers of its own.
+// Scratch of one step; nothing needs initialization.
 struct EpWorkspace {
+  int cap = 0;                       // this chunk's rows per peer
   detail::EpCounters* counters = nullptr;
   int32_t* route_dest = nullptr;     // [cap * k]
   int32_t* goes_to = nullptr;        // [R * cap]
@@ -77,11 +91,12 @@ struct EpWorkspace {
   uint8_t* ret_recv = nullptr;       // the same
   uint8_t* local_ws = nullptr;       // the local layer's workspace
   size_t local_ws_bytes = 0;
-  // shared experts only
-  int32_t* shared_ids = nullptr;     // [cap]
-  float* shared_weights = nullptr;   // [cap]
-  uint8_t* shared_y = nullptr;       // [cap, H] bf16 (the one-expert layer's own output, unused)
-  uint8_t* shared_ws = nullptr;      // the one-expert layer's workspace, deterministic, cap rows
+  // shared experts only (all T <= max_tokens_per_rank tokens, not chunked)
+  int32_t* shared_ids = nullptr;     // [max_tokens_per_rank]
+  float* shared_weights = nullptr;   // [max_tokens_per_rank]
+  uint8_t* shared_y = nullptr;       // [max_tokens_per_rank, H] bf16 (the one-expert layer's own
+                                     // output, unused)
+  uint8_t* shared_ws = nullptr;      // the one-expert layer's workspace, deterministic
   size_t shared_ws_bytes = 0;
 };
 
@@ -89,47 +104,100 @@ ReductionMode local_mode(EpCombine combine, ReductionMode mode) {
   return combine == EpCombine::choice_order ? ReductionMode::deterministic : mode;
 }
 
-size_t ep_workspace_layout(const EpMoeLayer::Impl& L, EpCombine combine, ReductionMode mode,
-                           void* base, EpWorkspace* out) {
-  const int64_t rows = int64_t(L.R) * L.cap, k = L.k, H = L.H;
-  const int64_t ret_row_bytes = combine == EpCombine::choice_order ? k * H * 4 : H * 2;
+// Lays out from `base` (nullptr: sizes only) with a bump allocator; returns the bytes taken.
+struct Bump {
+  uint8_t* base;
   size_t off = 0;
-  EpWorkspace dummy;
-  EpWorkspace& w = out ? *out : dummy;
-  auto take = [&](auto*& ptr, int64_t bytes) {
-    using T_ = std::remove_pointer_t<std::remove_reference_t<decltype(ptr)>>;
-    if (base) ptr = reinterpret_cast<T_*>(static_cast<uint8_t*>(base) + off);
+  template <typename T_>
+  void take(T_*& ptr, int64_t bytes) {
+    if (base) ptr = reinterpret_cast<T_*>(base + off);
     off = align_up(off + size_t(bytes));
-  };
-  take(w.counters, sizeof(detail::EpCounters));
-  take(w.route_dest, int64_t(L.cap) * k * 4);
-  take(w.goes_to, rows * 4);
-  take(w.token_row, rows * 4);
-  take(w.route_row, int64_t(L.cap) * k * 4);
-  take(w.row_token, rows * 4);
-  take(w.send_counts, int64_t(L.R) * 4);
-  take(w.recv_counts, int64_t(L.R) * 4);
-  take(w.recv_offsets, int64_t(L.R + 1) * 4);
-  take(w.row_slot, rows * 4);
-  take(w.expert_counts, int64_t(L.E_local) * 4);
-  take(w.send, rows * L.row.row_bytes);
-  take(w.recv, rows * L.row.row_bytes);
-  take(w.x_local, rows * H * 2);
-  take(w.local_ids, rows * k * 4);
-  take(w.local_weights, rows * k * 4);
-  take(w.y_local, rows * H * 2);
-  take(w.ret_send, rows * ret_row_bytes);
-  take(w.ret_recv, rows * ret_row_bytes);
-  w.local_ws_bytes = L.local->workspace_size(int(rows), local_mode(combine, mode));
-  take(w.local_ws, int64_t(w.local_ws_bytes));
-  if (L.shared) {
-    take(w.shared_ids, int64_t(L.cap) * 4);
-    take(w.shared_weights, int64_t(L.cap) * 4);
-    take(w.shared_y, int64_t(L.cap) * H * 2);
-    w.shared_ws_bytes = L.shared->workspace_size(L.cap, ReductionMode::deterministic);
-    take(w.shared_ws, int64_t(w.shared_ws_bytes));
   }
-  return off;
+};
+
+size_t shared_layout(const EpMoeLayer::Impl& L, uint8_t* base, EpWorkspace& w) {
+  if (!L.shared) return 0;
+  Bump b{base};
+  b.take(w.shared_ids, int64_t(L.cap) * 4);
+  b.take(w.shared_weights, int64_t(L.cap) * 4);
+  b.take(w.shared_y, int64_t(L.cap) * L.H * 2);
+  w.shared_ws_bytes = L.shared->workspace_size(L.cap, ReductionMode::deterministic);
+  b.take(w.shared_ws, int64_t(w.shared_ws_bytes));
+  return b.off;
+}
+
+size_t chunk_layout(const EpMoeLayer::Impl& L, EpCombine combine, ReductionMode mode, int cap,
+                    uint8_t* base, EpWorkspace& w) {
+  const int64_t rows = int64_t(L.R) * cap, k = L.k, H = L.H;
+  const int64_t ret_row_bytes = combine == EpCombine::choice_order ? k * H * 4 : H * 2;
+  Bump b{base};
+  w.cap = cap;
+  b.take(w.counters, sizeof(detail::EpCounters));
+  b.take(w.route_dest, int64_t(cap) * k * 4);
+  b.take(w.goes_to, rows * 4);
+  b.take(w.token_row, rows * 4);
+  b.take(w.route_row, int64_t(cap) * k * 4);
+  b.take(w.row_token, rows * 4);
+  b.take(w.send_counts, int64_t(L.R) * 4);
+  b.take(w.recv_counts, int64_t(L.R) * 4);
+  b.take(w.recv_offsets, int64_t(L.R + 1) * 4);
+  b.take(w.row_slot, rows * 4);
+  b.take(w.expert_counts, int64_t(L.E_local) * 4);
+  b.take(w.send, rows * L.row.row_bytes);
+  b.take(w.recv, rows * L.row.row_bytes);
+  b.take(w.x_local, rows * H * 2);
+  b.take(w.local_ids, rows * k * 4);
+  b.take(w.local_weights, rows * k * 4);
+  b.take(w.y_local, rows * H * 2);
+  b.take(w.ret_send, rows * ret_row_bytes);
+  b.take(w.ret_recv, rows * ret_row_bytes);
+  w.local_ws_bytes = L.local->workspace_size(int(rows), local_mode(combine, mode));
+  b.take(w.local_ws, int64_t(w.local_ws_bytes));
+  return b.off;
+}
+
+// Where each part sits for a step split into `chunks` chunks of at most `cap` tokens.
+struct EpLayout {
+  int chunks = 1, cap = 0;
+  size_t shared_bytes = 0, chunk_bytes = 0, total = 0;
+};
+
+int chunk_cap(int cap, int chunks) { return (cap + chunks - 1) / chunks; }
+
+EpLayout ep_layout(const EpMoeLayer::Impl& L, EpCombine combine, ReductionMode mode, int chunks) {
+  EpLayout l;
+  EpWorkspace w;
+  l.chunks = chunks;
+  l.cap = chunk_cap(L.cap, chunks);
+  l.shared_bytes = shared_layout(L, nullptr, w);
+  l.chunk_bytes = chunk_layout(L, combine, mode, l.cap, nullptr, w);
+  l.total = l.shared_bytes + size_t(chunks) * l.chunk_bytes;
+  return l;
+}
+
+// Chunk c's arrays (and the shared part) in `base`.
+EpWorkspace workspace_of(const EpMoeLayer::Impl& L, EpCombine combine, ReductionMode mode,
+                         const EpLayout& l, void* base, int c) {
+  EpWorkspace w;
+  uint8_t* b = static_cast<uint8_t*>(base);
+  shared_layout(L, b, w);
+  chunk_layout(L, combine, mode, l.cap, b + l.shared_bytes + size_t(c) * l.chunk_bytes, w);
+  return w;
+}
+
+// Tokens [c0, c0 + n) of the step: a chunk's view of x, the routing and y.
+EpForwardArgs slice(const EpForwardArgs& a, int c0, int n) {
+  EpForwardArgs s = a;
+  auto cut = [&](TensorRef& t, int64_t elem_bytes) {
+    t.data = static_cast<uint8_t*>(t.data) + int64_t(c0) * t.stride[0] * elem_bytes;
+    t.shape[0] = n;
+  };
+  cut(s.x, 2);
+  cut(s.topk_ids, 4);
+  cut(s.topk_weights, 4);
+  cut(s.y, 2);
+  s.chunks = 1;
+  return s;
 }
 
 // A shared-MLP tensor as expert 0 of a one-expert layer: [a, b] -> [1, a, b]; the 4-bit global
@@ -219,6 +287,12 @@ EpMoeLayer::EpMoeLayer(const MoeConfig& cfg, const MoeLayerWeights& local_weight
     *t = TensorRef{};
   L.local = std::make_unique<MoeLayer>(local, routed, stream);
   L.row = detail::ep_row_layout(int64_t(L.H) * 2, L.k);
+  FMOE_CUDA(cudaStreamCreateWithFlags(&L.comm_stream, cudaStreamNonBlocking));
+  for (cudaEvent_t* e : {&L.comm_fork, &L.comm_join}) FMOE_CUDA(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+  for (int c = 0; c < kEpMaxChunks; ++c) {
+    FMOE_CUDA(cudaEventCreateWithFlags(&L.arrived[c], cudaEventDisableTiming));
+    FMOE_CUDA(cudaEventCreateWithFlags(&L.computed[c], cudaEventDisableTiming));
+  }
 
   if (cfg.num_shared_experts > 0) {
     // The shared MLP as expert 0 of a one-expert layer (top_k 1, the caller-given routing of
@@ -279,57 +353,34 @@ int EpMoeLayer::first_expert() const { return impl_->first; }
 int EpMoeLayer::num_local_experts() const { return impl_->E_local; }
 int EpMoeLayer::max_tokens_per_rank() const { return impl_->cap; }
 
-size_t EpMoeLayer::workspace_size(EpCombine combine, ReductionMode mode) const {
-  return ep_workspace_layout(*impl_, combine, mode, nullptr, nullptr);
+size_t EpMoeLayer::workspace_size(EpCombine combine, ReductionMode mode, int chunks) const {
+  FMOE_REQUIRE(chunks >= 1 && chunks <= kEpMaxChunks, "%s: chunks=%d must be in [1, %d]", kOp,
+               chunks, kEpMaxChunks);
+  return ep_layout(*impl_, combine, mode, chunks).total;
 }
 
-namespace detail {
+namespace {
 
-EpExchanges ep_check_forward(const EpMoeLayer& layer, const EpForwardArgs& a, void* workspace,
-                             size_t workspace_bytes) {
-  const EpMoeLayer::Impl& L = layer.impl();
-  FMOE_REQUIRE(a.x.ndim == 2, "%s: x must be [T, H=%d] bf16, got %s", kOp, L.H,
-               a.x.describe().c_str());
-  FMOE_REQUIRE(a.x.shape[0] >= 0 && a.x.shape[0] <= L.cap,
-               "%s: x has T=%lld rows; this layer takes at most max_tokens_per_rank=%d", kOp,
-               (long long)a.x.shape[0], L.cap);
-  const int T = int(a.x.shape[0]), device = L.comm->device;
-  check_bf16_rows("x", a.x, T, L.H, device);
-  check_bf16_rows("y", a.y, T, L.H, device);
-  check_routing("topk_ids", a.topk_ids, DType::i32, T, L.k, device);
-  check_routing("topk_weights", a.topk_weights, DType::f32, T, L.k, device);
-  const size_t need = ep_workspace_layout(L, a.combine, a.mode, nullptr, nullptr);
-  FMOE_REQUIRE(workspace != nullptr, "%s: workspace is null", kOp);
-  FMOE_REQUIRE(reinterpret_cast<uintptr_t>(workspace) % kAlign == 0,
-               "%s: workspace must be %zu-byte aligned, got %p", kOp, kAlign, workspace);
-  FMOE_REQUIRE(workspace_bytes >= need,
-               "%s: workspace of %zu bytes is smaller than the %zu bytes this combine and mode "
-               "need (size it with workspace_size)", kOp, workspace_bytes, need);
-  EpWorkspace w;
-  ep_workspace_layout(L, a.combine, a.mode, workspace, &w);
-  FMOE_REQUIRE(!L.shared || L.shared->workspace_size(T, ReductionMode::deterministic) <= w.shared_ws_bytes,
-               "%s: internal: the shared experts' workspace for T=%d exceeds the one sized for "
-               "max_tokens_per_rank=%d", kOp, T, L.cap);
+using detail::EpExchanges;
+
+EpExchanges exchanges_of(const EpMoeLayer::Impl& L, EpCombine combine, const EpWorkspace& w) {
   // Fixed chunks whatever the counts say: the receiver reads only the rows below them.
-  const size_t ret_row_bytes = a.combine == EpCombine::choice_order ? size_t(L.k) * L.H * 4
-                                                                    : size_t(L.H) * 2;
+  const size_t ret_row_bytes = combine == EpCombine::choice_order ? size_t(L.k) * L.H * 4
+                                                                  : size_t(L.H) * 2;
   EpExchanges x;
   x.counts = {w.send_counts, w.recv_counts, sizeof(int32_t)};
-  x.rows = {w.send, w.recv, size_t(L.cap) * size_t(L.row.row_bytes)};
-  x.results = {w.ret_send, w.ret_recv, size_t(L.cap) * ret_row_bytes};
+  x.rows = {w.send, w.recv, size_t(w.cap) * size_t(L.row.row_bytes)};
+  x.results = {w.ret_send, w.ret_recv, size_t(w.cap) * ret_row_bytes};
   return x;
 }
 
-void ep_dispatch(const EpMoeLayer& layer, const EpForwardArgs& a, void* workspace,
-                 cudaStream_t stream) {
-  const EpMoeLayer::Impl& L = layer.impl();
-  EpWorkspace w;
-  ep_workspace_layout(L, a.combine, a.mode, workspace, &w);
-  EpDispatchParams dp;
+void dispatch_chunk(const EpMoeLayer::Impl& L, const EpForwardArgs& a, const EpWorkspace& w,
+                    cudaStream_t stream) {
+  detail::EpDispatchParams dp;
   dp.part = L.part;
   dp.T = int(a.x.shape[0]);
   dp.k = L.k;
-  dp.cap = L.cap;
+  dp.cap = w.cap;
   dp.source_rank = L.rank;
   dp.topk_ids = static_cast<const int32_t*>(a.topk_ids.data);
   dp.topk_weights = static_cast<const float*>(a.topk_weights.data);
@@ -344,23 +395,21 @@ void ep_dispatch(const EpMoeLayer& layer, const EpForwardArgs& a, void* workspac
   dp.send_counts = w.send_counts;
   dp.send = w.send;
   dp.counters = w.counters;
-  launch_ep_dispatch(dp, stream);
+  detail::launch_ep_dispatch(dp, stream);
 }
 
-void ep_local(const EpMoeLayer& layer, const EpForwardArgs& a, void* workspace,
-              cudaStream_t stream) {
-  const EpMoeLayer::Impl& L = layer.impl();
+void local_chunk(const EpMoeLayer::Impl& L, const EpForwardArgs& a, const EpWorkspace& w,
+                 cudaStream_t stream) {
+  using namespace detail;
   const bool choice = a.combine == EpCombine::choice_order;
-  const int rows = L.R * L.cap, device = L.comm->device;
-  EpWorkspace w;
-  ep_workspace_layout(L, a.combine, a.mode, workspace, &w);
+  const int rows = L.R * w.cap, device = L.comm->device;
 
   // Receive: the local layer's rows and routing, source-major.
   EpReceiveParams rp;
   rp.part = L.part;
   rp.dest_rank = L.rank;
   rp.k = L.k;
-  rp.cap = L.cap;
+  rp.cap = w.cap;
   rp.row = L.row;
   rp.recv_counts = w.recv_counts;
   rp.recv = w.recv;
@@ -385,6 +434,7 @@ void ep_local(const EpMoeLayer& layer, const EpForwardArgs& a, void* workspace,
   la.validate_routing = false;
   la.y = TensorRef::contiguous(w.y_local, DType::bf16, {rows, L.H}, Device::cuda, device);
   la.mode = mode;
+  la.max_sms = a.local_sms;
   L.local->forward(la, w.local_ws, w.local_ws_bytes, reinterpret_cast<Stream>(stream));
 
   // Results to the rows' slots: each route's fp32 row (the local layer's deterministic rows,
@@ -394,7 +444,7 @@ void ep_local(const EpMoeLayer& layer, const EpForwardArgs& a, void* workspace,
   EpReturnParams ret;
   ret.R = L.R;
   ret.k = L.k;
-  ret.cap = L.cap;
+  ret.cap = w.cap;
   ret.H = L.H;
   ret.choice_order = choice;
   ret.recv_offsets = w.recv_offsets;
@@ -406,13 +456,39 @@ void ep_local(const EpMoeLayer& layer, const EpForwardArgs& a, void* workspace,
   launch_ep_return(ret, stream);
 }
 
-void ep_shared(const EpMoeLayer& layer, const EpForwardArgs& a, void* workspace,
-               cudaStream_t stream) {
-  const EpMoeLayer::Impl& L = layer.impl();
+// The shared experts' f32 rows of tokens [0, T) (the one-expert layer's deterministic rows: one
+// per route, route t * 1 + 0 = token t), or nullptr.
+const float* shared_rows(const EpMoeLayer::Impl& L, int T, const EpWorkspace& w) {
+  if (!L.shared || T == 0) return nullptr;
+  detail::LayerWorkspace sws;
+  detail::layer_workspace_layout(L.shared->impl(), T, ReductionMode::deterministic, w.shared_ws, &sws);
+  return sws.acc;
+}
+
+// `a` is the chunk's slice; `shared` its tokens' shared rows (or nullptr).
+void combine_chunk(const EpMoeLayer::Impl& L, const EpForwardArgs& a, const EpWorkspace& w,
+                   const float* shared, cudaStream_t stream) {
+  detail::EpCombineParams cp;
+  cp.T = int(a.x.shape[0]);
+  cp.R = L.R;
+  cp.k = L.k;
+  cp.cap = w.cap;
+  cp.H = L.H;
+  cp.choice_order = a.combine == EpCombine::choice_order;
+  cp.token_row = w.token_row;
+  cp.route_row = w.route_row;
+  cp.ret = w.ret_recv;
+  cp.shared = shared;
+  cp.y = static_cast<__nv_bfloat16*>(a.y.data);
+  cp.ldy = a.y.stride[0];
+  detail::launch_ep_combine(cp, stream);
+}
+
+void shared_step(const EpMoeLayer::Impl& L, const EpForwardArgs& a, const EpWorkspace& w,
+                 cudaStream_t stream) {
+  using namespace detail;
   const int T = int(a.x.shape[0]), device = L.comm->device;
   if (!L.shared || T == 0) return;
-  EpWorkspace w;
-  ep_workspace_layout(L, a.combine, a.mode, workspace, &w);
   EpSharedRoutingParams sp;
   sp.T = T;
   sp.H = L.H;
@@ -433,84 +509,172 @@ void ep_shared(const EpMoeLayer& layer, const EpForwardArgs& a, void* workspace,
   L.shared->forward(sa, w.shared_ws, w.shared_ws_bytes, reinterpret_cast<Stream>(stream));
 }
 
+// The steps apart (ep_layer_steps.hpp) run an unchunked step.
+EpWorkspace single_chunk(const EpMoeLayer::Impl& L, const EpForwardArgs& a, void* workspace) {
+  FMOE_REQUIRE(a.chunks == 1, "%s: the steps apart run unchunked steps (chunks=%d)", kOp, a.chunks);
+  return workspace_of(L, a.combine, a.mode, ep_layout(L, a.combine, a.mode, 1), workspace, 0);
+}
+
+}  // namespace
+
+namespace detail {
+
+EpExchanges ep_check_forward(const EpMoeLayer& layer, const EpForwardArgs& a, void* workspace,
+                             size_t workspace_bytes) {
+  const EpMoeLayer::Impl& L = layer.impl();
+  FMOE_REQUIRE(a.x.ndim == 2, "%s: x must be [T, H=%d] bf16, got %s", kOp, L.H,
+               a.x.describe().c_str());
+  FMOE_REQUIRE(a.x.shape[0] >= 0 && a.x.shape[0] <= L.cap,
+               "%s: x has T=%lld rows; this layer takes at most max_tokens_per_rank=%d", kOp,
+               (long long)a.x.shape[0], L.cap);
+  const int T = int(a.x.shape[0]), device = L.comm->device;
+  check_bf16_rows("x", a.x, T, L.H, device);
+  check_bf16_rows("y", a.y, T, L.H, device);
+  check_routing("topk_ids", a.topk_ids, DType::i32, T, L.k, device);
+  check_routing("topk_weights", a.topk_weights, DType::f32, T, L.k, device);
+  FMOE_REQUIRE(a.chunks >= 1 && a.chunks <= kEpMaxChunks && a.chunks <= L.cap,
+               "%s: chunks=%d must be in [1, min(%d, max_tokens_per_rank=%d)]", kOp, a.chunks,
+               kEpMaxChunks, L.cap);
+  FMOE_REQUIRE(a.local_sms >= 0, "%s: local_sms=%d must be >= 0 (0: every SM)", kOp, a.local_sms);
+  const EpLayout l = ep_layout(L, a.combine, a.mode, a.chunks);
+  FMOE_REQUIRE(workspace != nullptr, "%s: workspace is null", kOp);
+  FMOE_REQUIRE(reinterpret_cast<uintptr_t>(workspace) % kAlign == 0,
+               "%s: workspace must be %zu-byte aligned, got %p", kOp, kAlign, workspace);
+  FMOE_REQUIRE(workspace_bytes >= l.total,
+               "%s: workspace of %zu bytes is smaller than the %zu bytes this combine, mode and "
+               "chunks=%d need (size it with workspace_size)", kOp, workspace_bytes, l.total,
+               a.chunks);
+  const EpWorkspace w = workspace_of(L, a.combine, a.mode, l, workspace, 0);
+  FMOE_REQUIRE(!L.shared || L.shared->workspace_size(T, ReductionMode::deterministic) <= w.shared_ws_bytes,
+               "%s: internal: the shared experts' workspace for T=%d exceeds the one sized for "
+               "max_tokens_per_rank=%d", kOp, T, L.cap);
+  return exchanges_of(L, a.combine, w);
+}
+
+void ep_dispatch(const EpMoeLayer& layer, const EpForwardArgs& a, void* workspace,
+                 cudaStream_t stream) {
+  dispatch_chunk(layer.impl(), a, single_chunk(layer.impl(), a, workspace), stream);
+}
+
+void ep_local(const EpMoeLayer& layer, const EpForwardArgs& a, void* workspace,
+              cudaStream_t stream) {
+  local_chunk(layer.impl(), a, single_chunk(layer.impl(), a, workspace), stream);
+}
+
+void ep_shared(const EpMoeLayer& layer, const EpForwardArgs& a, void* workspace,
+               cudaStream_t stream) {
+  shared_step(layer.impl(), a, single_chunk(layer.impl(), a, workspace), stream);
+}
+
 void ep_combine(const EpMoeLayer& layer, const EpForwardArgs& a, void* workspace,
                 cudaStream_t stream) {
   const EpMoeLayer::Impl& L = layer.impl();
-  EpWorkspace w;
-  ep_workspace_layout(L, a.combine, a.mode, workspace, &w);
-  EpCombineParams cp;
-  cp.T = int(a.x.shape[0]);
-  cp.R = L.R;
-  cp.k = L.k;
-  cp.cap = L.cap;
-  cp.H = L.H;
-  cp.choice_order = a.combine == EpCombine::choice_order;
-  cp.token_row = w.token_row;
-  cp.route_row = w.route_row;
-  cp.ret = w.ret_recv;
-  if (L.shared && cp.T > 0) {
-    // The one-expert layer's deterministic rows: one per route, route t * 1 + 0 = token t.
-    LayerWorkspace sws;
-    layer_workspace_layout(L.shared->impl(), cp.T, ReductionMode::deterministic, w.shared_ws, &sws);
-    cp.shared = sws.acc;
-  }
-  cp.y = static_cast<__nv_bfloat16*>(a.y.data);
-  cp.ldy = a.y.stride[0];
-  launch_ep_combine(cp, stream);
+  const EpWorkspace w = single_chunk(L, a, workspace);
+  combine_chunk(L, a, w, shared_rows(L, int(a.x.shape[0]), w), stream);
 }
 
 }  // namespace detail
 
+// One step. Unchunked: dispatch -> counts and rows all-to-alls -> local -> results all-to-all
+// -> combine, on the caller's stream. Chunked (C > 1): tokens [c cap_c, (c + 1) cap_c) are chunk
+// c, each with buffers of its own; the exchanges and the dispatch / combine kernels go on the
+// communication stream (all dispatches first, then each chunk's return once its local layer is
+// done), the local layers on the caller's stream in chunk order, so chunk c + 1's dispatch and
+// chunk c - 1's return move while chunk c's GEMMs run. Every rank enqueues the same NCCL calls in
+// the same order. The shared experts go on the side stream from the start, joined before the
+// first combine. Forks and joins are events: the step captures into a CUDA graph.
 void EpMoeLayer::forward(const EpForwardArgs& a, void* workspace, size_t workspace_bytes,
                          Stream stream_in) const {
   using namespace detail;
-  const EpCommunicator::Impl& comm = *impl_->comm;
+  Impl& L = *impl_;
+  const EpCommunicator::Impl& comm = *L.comm;
   FMOE_REQUIRE(comm.comm != nullptr, "%s: the communicator has no NCCL communicator (a "
                "simulated one, for tests)", kOp);
   cudaStream_t stream = reinterpret_cast<cudaStream_t>(stream_in);
-  const EpExchanges x = ep_check_forward(*this, a, workspace, workspace_bytes);
-  Impl& L = *impl_;
-  const bool side = L.shared && a.overlap_shared && a.x.shape[0] > 0;
-  std::unique_lock<std::mutex> lock(L.side_mutex, std::defer_lock);
+  ep_check_forward(*this, a, workspace, workspace_bytes);
+  const int T = int(a.x.shape[0]), C = a.chunks;
+  const EpLayout l = ep_layout(L, a.combine, a.mode, C);
+  const EpWorkspace w0 = workspace_of(L, a.combine, a.mode, l, workspace, 0);
+  const float* shared = shared_rows(L, T, w0);
+  const bool side = L.shared && a.overlap_shared && T > 0;
+  std::lock_guard<std::mutex> lock(L.side_mutex);  // the streams and events below are the layer's
   if (side) {
-    // Fork: the shared experts on the side stream, while this stream dispatches and exchanges.
-    lock.lock();
+    // Fork: the shared experts on the side stream, while the exchanges go on.
     FMOE_CUDA(cudaEventRecord(L.fork, stream));
     FMOE_CUDA(cudaStreamWaitEvent(L.side, L.fork, 0));
-    ep_shared(*this, a, workspace, L.side);
+    shared_step(L, a, w0, L.side);
     FMOE_CUDA(cudaEventRecord(L.join, L.side));
   } else {
-    ep_shared(*this, a, workspace, stream);
+    shared_step(L, a, w0, stream);
   }
-  ep_dispatch(*this, a, workspace, stream);
-  ep_all_to_all(comm, x.counts.send, x.counts.recv, x.counts.bytes_per_peer, stream);
-  ep_all_to_all(comm, x.rows.send, x.rows.recv, x.rows.bytes_per_peer, stream);
-  ep_local(*this, a, workspace, stream);
-  ep_all_to_all(comm, x.results.send, x.results.recv, x.results.bytes_per_peer, stream);
-  if (side) FMOE_CUDA(cudaStreamWaitEvent(stream, L.join, 0));  // join before the combine
-  ep_combine(*this, a, workspace, stream);
+  if (C == 1) {
+    const EpForwardArgs a1 = slice(a, 0, T);
+    const EpExchanges x = exchanges_of(L, a.combine, w0);
+    dispatch_chunk(L, a1, w0, stream);
+    ep_all_to_all(comm, x.counts.send, x.counts.recv, x.counts.bytes_per_peer, stream);
+    ep_all_to_all(comm, x.rows.send, x.rows.recv, x.rows.bytes_per_peer, stream);
+    local_chunk(L, a1, w0, stream);
+    ep_all_to_all(comm, x.results.send, x.results.recv, x.results.bytes_per_peer, stream);
+    if (side) FMOE_CUDA(cudaStreamWaitEvent(stream, L.join, 0));  // join before the combine
+    combine_chunk(L, a1, w0, shared, stream);
+    return;
+  }
+  cudaStream_t cs = L.comm_stream;
+  FMOE_CUDA(cudaEventRecord(L.comm_fork, stream));
+  FMOE_CUDA(cudaStreamWaitEvent(cs, L.comm_fork, 0));
+  std::vector<EpForwardArgs> ac;
+  std::vector<EpWorkspace> wc;
+  for (int c = 0; c < C; ++c) {
+    const int c0 = std::min(T, c * l.cap), c1 = std::min(T, (c + 1) * l.cap);
+    ac.push_back(slice(a, c0, c1 - c0));
+    wc.push_back(workspace_of(L, a.combine, a.mode, l, workspace, c));
+  }
+  for (int c = 0; c < C; ++c) {
+    const EpExchanges x = exchanges_of(L, a.combine, wc[size_t(c)]);
+    dispatch_chunk(L, ac[size_t(c)], wc[size_t(c)], cs);
+    ep_all_to_all(comm, x.counts.send, x.counts.recv, x.counts.bytes_per_peer, cs);
+    ep_all_to_all(comm, x.rows.send, x.rows.recv, x.rows.bytes_per_peer, cs);
+    FMOE_CUDA(cudaEventRecord(L.arrived[c], cs));
+  }
+  if (side) FMOE_CUDA(cudaStreamWaitEvent(cs, L.join, 0));  // before the first combine
+  for (int c = 0; c < C; ++c) {
+    const EpExchanges x = exchanges_of(L, a.combine, wc[size_t(c)]);
+    FMOE_CUDA(cudaStreamWaitEvent(stream, L.arrived[c], 0));
+    local_chunk(L, ac[size_t(c)], wc[size_t(c)], stream);
+    FMOE_CUDA(cudaEventRecord(L.computed[c], stream));
+    FMOE_CUDA(cudaStreamWaitEvent(cs, L.computed[c], 0));
+    ep_all_to_all(comm, x.results.send, x.results.recv, x.results.bytes_per_peer, cs);
+    const int c0 = std::min(T, c * l.cap);
+    combine_chunk(L, ac[size_t(c)], wc[size_t(c)], shared ? shared + size_t(c0) * L.H : nullptr, cs);
+  }
+  FMOE_CUDA(cudaEventRecord(L.comm_join, cs));
+  FMOE_CUDA(cudaStreamWaitEvent(stream, L.comm_join, 0));
 }
 
 EpStats EpMoeLayer::stats(const void* workspace, EpCombine combine, ReductionMode mode,
-                          Stream stream_in) const {
+                          Stream stream_in, int chunks) const {
   FMOE_REQUIRE(workspace, "%s::stats: workspace is null", kOp);
+  FMOE_REQUIRE(chunks >= 1 && chunks <= kEpMaxChunks, "%s::stats: chunks=%d must be in [1, %d]",
+               kOp, chunks, kEpMaxChunks);
   const Impl& L = *impl_;
   cudaStream_t stream = reinterpret_cast<cudaStream_t>(stream_in);
-  EpWorkspace w;
-  ep_workspace_layout(L, combine, mode, const_cast<void*>(workspace), &w);
-  detail::EpCounters c{};
-  int32_t received = 0;
-  FMOE_CUDA(cudaMemcpyAsync(&c, w.counters, sizeof(c), cudaMemcpyDeviceToHost, stream));
-  FMOE_CUDA(cudaMemcpyAsync(&received, w.recv_offsets + L.R, sizeof(received),
-                            cudaMemcpyDeviceToHost, stream));
-  FMOE_CUDA(cudaStreamSynchronize(stream));
+  const EpLayout l = ep_layout(L, combine, mode, chunks);
   EpStats s;
-  s.dropped_routes = int64_t(c.dropped_routes);
-  s.overflow_rows = int64_t(c.overflow_rows);
-  s.received_rows = received;
-  s.received_routes = int64_t(c.recv_routes);
-  s.received_bad_slots = int64_t(c.recv_dropped);
-  s.received_bad_counts = int64_t(c.recv_clamped);
+  for (int c = 0; c < chunks; ++c) {
+    const EpWorkspace w = workspace_of(L, combine, mode, l, const_cast<void*>(workspace), c);
+    detail::EpCounters k{};
+    int32_t received = 0;
+    FMOE_CUDA(cudaMemcpyAsync(&k, w.counters, sizeof(k), cudaMemcpyDeviceToHost, stream));
+    FMOE_CUDA(cudaMemcpyAsync(&received, w.recv_offsets + L.R, sizeof(received),
+                              cudaMemcpyDeviceToHost, stream));
+    FMOE_CUDA(cudaStreamSynchronize(stream));
+    s.dropped_routes += int64_t(k.dropped_routes);
+    s.overflow_rows += int64_t(k.overflow_rows);
+    s.received_rows += received;
+    s.received_routes += int64_t(k.recv_routes);
+    s.received_bad_slots += int64_t(k.recv_dropped);
+    s.received_bad_counts += int64_t(k.recv_clamped);
+  }
   return s;
 }
 

@@ -707,7 +707,9 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   }
   if (a.routing_given && a.validate_routing) check_given_ids(kOp, a.topk_ids, E, stream);
   plan.T = T;
-  plan.num_sms = ds.sms;
+  FMOE_REQUIRE(a.max_sms >= 0, "%s: max_sms=%d must be >= 0 (0: every SM)", kOp, a.max_sms);
+  const int sms = a.max_sms > 0 ? std::min(ds.sms, a.max_sms) : ds.sms;
+  plan.num_sms = sms;
   const bool det = a.mode == ReductionMode::deterministic;
   const int eb = L.fp8 ? 1 : 2;
   const GemmWeights gw = L.fp8 ? GemmWeights::fp8_block : L.e2m1 ? GemmWeights::e2m1 : GemmWeights::bf16;
@@ -726,13 +728,13 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   // times the weight tiles.
   const double per_hit = E * hit > 0 ? double(T) * k / (E * hit) : 0.0;
   const double token_tiles = E * hit * std::max(1.0, std::ceil(per_hit / bt)) + L.C * std::ceil(double(T) / bt);
-  const int up_ctas = select_ctas(up_fam, bt, up_waves, up_operands, token_tiles * L.NT1 / up_waves, ds.sms,
+  const int up_ctas = select_ctas(up_fam, bt, up_waves, up_operands, token_tiles * L.NT1 / up_waves, sms,
                                   knobs().force_config, &plan.config_reason);
   plan.up_config = gemm_config_of(up_fam.weights, up_fam.rows, up_fam.epilogue, bt, up_waves, up_operands, up_ctas);
   const GemmOperands down_operands =
       select_operands(down_fam, bt, L.I, true, knobs().force_config, &plan.config_reason);
   const int down_ctas = select_ctas(down_fam, bt, down_waves, down_operands, token_tiles * L.NB2 / down_waves,
-                                    ds.sms, knobs().force_config, &plan.config_reason);
+                                    sms, knobs().force_config, &plan.config_reason);
   plan.down_config = gemm_config_of(down_fam.weights, down_fam.rows, down_fam.epilogue, bt, down_waves,
                                     down_operands, down_ctas);
   const int R = T * L.k_total;
@@ -764,7 +766,7 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
       int64_t(L.NT1) * (std::min<int64_t>(L.E_total, R) + R / bt + 1) <= kSplitMaxTiles) {
     const double tiles = L.NT1 * (E * hit + L.C);
     const int kb1 = int(cdiv(int64_t(H) * eb, 128));
-    while (plan.split < kMaxSplit && plan.split * tiles < 4.0 * ds.sms && kb1 / (2 * plan.split) >= min_part_kb)
+    while (plan.split < kMaxSplit && plan.split * tiles < 4.0 * sms && kb1 / (2 * plan.split) >= min_part_kb)
       plan.split *= 2;
   }
   if (knobs().print_config)

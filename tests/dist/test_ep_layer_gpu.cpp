@@ -594,6 +594,99 @@ TEST(EpLayerGpu, SharedExpertsOverlapEqualsSerialAndReplays) {
   FMOE_CUDA(cudaStreamDestroy(stream));
 }
 
+// A step split into pipelined chunks (the exchanges on the layer's communication stream beside
+// the local layer on the caller's): each chunk's local layer sees fewer rows, so it is checked
+// against MoeLayer by relative L2 and against the unchunked step's route counts; the GEMMs on
+// fewer SMs (local_sms) give the chunked step's bits; graph replays give the eager bits.
+TEST(EpLayerGpu, OneRankChunkedPipeline) {
+  FMOE_SKIP_WITHOUT_GPU();
+  const EpCommunicator comm = EpCommunicator::single_rank();
+  const MoeConfig cfgs[] = {
+      routed_only("qwen3-30b-a3b", 256, 128, 16, Precision::fp8_block),
+      scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 16, Precision::bf16),
+  };
+  cudaStream_t stream;
+  FMOE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (const MoeConfig& cfg : cfgs) {
+    const int H = cfg.hidden, k = cfg.top_k;
+    for (auto [T, cap] : {std::pair{300, 300}, std::pair{37, 40}}) {
+      LayerCase c;
+      c.cfg = cfg;
+      c.T = T;
+      c.route = LayerRoute::given;
+      const LayerData d = make_layer_data(c, uint64_t(T) * 7 + 1);
+      const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+      MoeLayerWeights local = g.weights;
+      local.routing_bias = {};
+      const EpMoeLayer ep(cfg, local, comm, cap);
+      const std::vector<int32_t> ids = with_bad_ids(d.given.ids, T, k, cfg.num_experts, 5, 0.1f);
+      const Inputs in = upload(d, ids, T);
+      const std::vector<uint16_t> want = run_single(*g.layer, in, H, k, nullptr);
+      for (EpCombine combine : {EpCombine::choice_order, EpCombine::rank_order}) {
+        EpStats whole;
+        run_ep(ep, in, H, k, combine, stream, &whole);
+        for (int chunks : {2, 3, 8}) {
+          const std::string ctx = c.describe() + strf(" cap=%d chunks=%d %s", cap, chunks,
+                                                      combine == EpCombine::choice_order ? "choice" : "rank");
+          const size_t ws_bytes = ep.workspace_size(combine, ReductionMode::deterministic, chunks);
+          DeviceBuffer y(size_t(T) * H * 2), ws(ws_bytes);
+          y.fill(0xFF);
+          ws.fill(0xFF);
+          EpForwardArgs a = ep_args(in, y, H, k, combine);
+          a.chunks = chunks;
+          expect_error([&] { ep.forward(a, ws.get(), ws_bytes - 1, stream); },
+                       strf("chunks=%d need", chunks));
+          ep.forward(a, ws.get(), ws_bytes, reinterpret_cast<Stream>(stream));
+          FMOE_CUDA(cudaStreamSynchronize(stream));
+          const std::vector<uint16_t> got = y.to_host<uint16_t>();
+          expect_rel_l2(got, want, 1e-2, ctx);
+          const EpStats st = ep.stats(ws.get(), combine, ReductionMode::deterministic,
+                                      reinterpret_cast<Stream>(stream), chunks);
+          EXPECT_EQ(st.received_routes, whole.received_routes) << ctx;
+          EXPECT_EQ(st.dropped_routes, whole.dropped_routes) << ctx;
+          EXPECT_EQ(st.overflow_rows, 0) << ctx;
+          // The GEMMs on 24 SMs: the same bits (fp8 / bf16 configs do not split K).
+          a.local_sms = 24;
+          y.fill(0xFF);
+          ep.forward(a, ws.get(), ws_bytes, reinterpret_cast<Stream>(stream));
+          FMOE_CUDA(cudaStreamSynchronize(stream));
+          expect_bitwise(y.to_host<uint16_t>(), got, H, ctx + " local_sms=24");
+          // Captured (the communication stream forks and joins inside the capture) and replayed.
+          y.fill(0xFF);
+          cudaGraph_t graph;
+          cudaGraphExec_t exec;
+          FMOE_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+          ep.forward(a, ws.get(), ws_bytes, reinterpret_cast<Stream>(stream));
+          FMOE_CUDA(cudaStreamEndCapture(stream, &graph));
+          FMOE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+          for (int rep = 0; rep < 2; ++rep) FMOE_CUDA(cudaGraphLaunch(exec, stream));
+          FMOE_CUDA(cudaStreamSynchronize(stream));
+          expect_bitwise(y.to_host<uint16_t>(), got, H, ctx + " graph replay");
+          FMOE_CUDA(cudaGraphExecDestroy(exec));
+          FMOE_CUDA(cudaGraphDestroy(graph));
+          if (testing::Test::HasFatalFailure()) break;
+        }
+      }
+      if (testing::Test::HasFatalFailure()) break;
+    }
+  }
+  FMOE_CUDA(cudaStreamDestroy(stream));
+  // Out of range.
+  const MoeConfig cfg = cfgs[0];
+  const ref::LayerWeights lw = ref::make_random_layer(cfg, 8);
+  const cli::GpuLayer g = cli::make_gpu_layer(lw, nullptr);
+  const EpMoeLayer ep(cfg, g.weights, comm, 4);
+  expect_error([&] { ep.workspace_size(EpCombine::rank_order, ReductionMode::fast, 9); }, "chunks=9 must be in [1, 8]");
+  Inputs in{DeviceBuffer(4 * 256 * 2), DeviceBuffer(4 * 8 * 4), DeviceBuffer(4 * 8 * 4), 4};
+  DeviceBuffer y(4 * 256 * 2), ws(ep.workspace_size(EpCombine::rank_order, ReductionMode::deterministic, 4));
+  EpForwardArgs a = ep_args(in, y, cfg.hidden, cfg.top_k, EpCombine::rank_order);
+  a.chunks = 5;
+  expect_error([&] { ep.forward(a, ws.get(), ws.bytes(), nullptr); }, "chunks=5 must be in [1, min(8, max_tokens_per_rank=4)]");
+  a.chunks = 2;
+  a.local_sms = -1;
+  expect_error([&] { ep.forward(a, ws.get(), ws.bytes(), nullptr); }, "local_sms=-1 must be >= 0");
+}
+
 TEST(EpLayerGpu, SimulatedRanksWithSharedExperts) {
   FMOE_SKIP_WITHOUT_GPU();
   struct Case { MoeConfig cfg; std::vector<int> T_of; };
@@ -664,14 +757,15 @@ namespace {
 // here, borrowed by each rank): the NCCL transport between GPUs, which one GPU cannot test.
 // choice_order must equal MoeLayer (on GPU 0, all tokens) bit for bit; the tokens per rank keep
 // both sides on BLOCK_T = 128 (see SimulatedRanksEqualMoeLayer).
-void compare_nccl_ranks(int R, const MoeConfig& cfg, int tokens_per_rank, uint64_t seed) {
+void compare_nccl_ranks(int R, const MoeConfig& cfg, int tokens_per_rank, uint64_t seed, int chunks = 1) {
   const int H = cfg.hidden, k = cfg.top_k, T = R * tokens_per_rank;
   LayerCase c;
   c.cfg = cfg;
   c.T = T;
   c.mode = ReductionMode::deterministic;
   c.route = LayerRoute::given;
-  const std::string ctx = c.describe() + strf(" R=%d (GPUs) seed %llu", R, (unsigned long long)seed);
+  const std::string ctx = c.describe() + strf(" R=%d (GPUs) chunks=%d seed %llu", R, chunks,
+                                              (unsigned long long)seed);
   const LayerData d = make_layer_data(c, seed);
   FMOE_CUDA(cudaSetDevice(0));
   std::vector<uint16_t> want;
@@ -715,13 +809,15 @@ void compare_nccl_ranks(int R, const MoeConfig& cfg, int tokens_per_rank, uint64
           FMOE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
           DeviceBuffer y(size_t(tokens_per_rank) * H * 2);
           y.fill(0xFF);  // NaN: every element must be written
-          const size_t ws_bytes = ep.workspace_size(combine, ReductionMode::deterministic);
+          const size_t ws_bytes = ep.workspace_size(combine, ReductionMode::deterministic, chunks);
           DeviceBuffer ws(ws_bytes);
           ws.fill(0xFF);
+          EpForwardArgs a = ep_args(in, y, H, k, combine);
+          a.chunks = chunks;
           FMOE_CUDA(cudaDeviceSynchronize());
           arrived_ready = true;
           ready.arrive_and_wait();
-          ep.forward(ep_args(in, y, H, k, combine), ws.get(), ws_bytes, reinterpret_cast<Stream>(stream));
+          ep.forward(a, ws.get(), ws_bytes, reinterpret_cast<Stream>(stream));
           FMOE_CUDA(cudaStreamSynchronize(stream));
           got[size_t(r)] = y.to_host<uint16_t>();
           arrived_done = true;
@@ -742,7 +838,7 @@ void compare_nccl_ranks(int R, const MoeConfig& cfg, int tokens_per_rank, uint64
       ASSERT_EQ(errors[size_t(r)], "") << ctx << " rank " << r;
       const std::vector<uint16_t> part_want(want.begin() + ptrdiff_t(size_t(r) * tokens_per_rank * H),
                                             want.begin() + ptrdiff_t(size_t(r + 1) * tokens_per_rank * H));
-      if (choice) {
+      if (choice && chunks == 1) {
         expect_bitwise(got[size_t(r)], part_want, H, ctx + strf(" choice_order rank %d", r));
         if (testing::Test::HasFatalFailure()) break;
       } else {
@@ -754,8 +850,8 @@ void compare_nccl_ranks(int R, const MoeConfig& cfg, int tokens_per_rank, uint64
         }
       }
     }
-    if (!choice) {
-      EXPECT_LE(std::sqrt(err2), 1e-2 * std::sqrt(ref2) + 1e-6) << ctx << " rank_order: relative L2";
+    if (!choice || chunks > 1) {
+      EXPECT_LE(std::sqrt(err2), 1e-2 * std::sqrt(ref2) + 1e-6) << ctx << " relative L2";
     }
     if (testing::Test::HasFatalFailure()) break;
   }
@@ -780,4 +876,7 @@ TEST(EpLayerMultiGpu, RanksOverNcclEqualMoeLayer) {
   // With a gated shared expert (every rank runs it on its tokens, on the side stream).
   const MoeConfig shared = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 8 * R, Precision::fp8_block);
   compare_nccl_ranks(R, shared, 48, hash_ints({R, 31}));
+  if (testing::Test::HasFatalFailure()) return;
+  // Pipelined in 3 chunks (checked by relative L2).
+  compare_nccl_ranks(R, shared, 48, hash_ints({R, 37}), 3);
 }
