@@ -334,8 +334,28 @@ TEST(EpLayerSanitizerNccl, OneRankSmall) {
   const MoeConfig cfg = routed_only("qwen3-30b-a3b", 256, 128, 16, Precision::fp8_block);
   compare_one_rank(comm, cfg, 5, 5, 0.2f, 5);  // cap = T: the bitwise claim holds as tested above
   // Shared experts on the side stream: its fork / join around NCCL's calls.
-  compare_one_rank(comm, scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 16, Precision::fp8_block), 5, 5,
-                   0.2f, 7);
+  const MoeConfig shared = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 16, Precision::fp8_block);
+  compare_one_rank(comm, shared, 5, 5, 0.2f, 7);
+  // Three pipelined chunks (the communication stream), the last one short.
+  LayerCase c;
+  c.cfg = shared;
+  c.T = 7;
+  c.route = LayerRoute::given;
+  const LayerData d = make_layer_data(c, 9);
+  const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+  MoeLayerWeights local = g.weights;
+  local.routing_bias = {};
+  const EpMoeLayer ep(shared, local, comm, 9);
+  const Inputs in = upload(d, d.given.ids, c.T);
+  const std::vector<uint16_t> want = run_single(*g.layer, in, shared.hidden, shared.top_k, nullptr);
+  DeviceBuffer y(size_t(c.T) * shared.hidden * 2),
+      ws(ep.workspace_size(EpCombine::choice_order, ReductionMode::deterministic, 3));
+  y.fill(0xFF);
+  EpForwardArgs a = ep_args(in, y, shared.hidden, shared.top_k, EpCombine::choice_order);
+  a.chunks = 3;
+  ep.forward(a, ws.get(), ws.bytes(), nullptr);
+  FMOE_CUDA(cudaDeviceSynchronize());
+  expect_rel_l2(y.to_host<uint16_t>(), want, 1e-2, "sanitizer case, 3 chunks");
 }
 
 namespace {
