@@ -148,7 +148,8 @@ void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch)
     for (ReductionMode m : modes)
       single_ws_bytes = std::max(single_ws_bytes, r.whole.layer->workspace_size(T, m));
     DeviceBuffer single_ws(single_ws_bytes);
-    const cli::EpTokens tok = cli::ep_tokens(cfg, r.host, T, seed, ch.rank);
+    const cli::EpTokens tok = cli::ep_tokens(cfg, r.host, T, seed, ch.rank,
+                                             args.str("routing", "model") == "model");
     const cli::LayerCost cost = cli::layer_cost(cfg, tok.routing, T);
     for (const ReductionMode mode : modes) {
       const EpCombine combine = cli::ep_combine_for(mode);
@@ -339,6 +340,9 @@ const std::vector<BenchOption> kOptions = {
     {"shared", "keep|drop", "drop: leave the preset's shared experts out (default keep: every "
      "rank runs them on its own tokens)", Kind::choice, {"keep", "drop"}},
     {"seed", "N", "seed of the random weights and inputs (default 1)", Kind::integer, {}, 0, 1ll << 62},
+    {"routing", "model|unbiased", "unbiased: route without the seeded layer's random correction / "
+     "router bias, which loads some ranks far more than others (default model)", Kind::choice,
+     {"model", "unbiased"}},
     {"chunks", "N", "also time the step split into N pipelined chunks (default 1: not)",
      Kind::integer, {}, 1, kEpMaxChunks},
     {"local-sms", "S", "with --chunks: the local layer's GEMMs on at most S SMs (default 0: all)",

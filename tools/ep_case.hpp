@@ -108,14 +108,16 @@ struct EpTokens {
   ref::Routing routing;
 };
 
+/// use_bias = false: routed without the layer's correction / router bias (the random bias of a
+/// seeded layer makes some experts, and so some ranks, far busier than trained biases would).
 inline EpTokens ep_tokens(const MoeConfig& cfg, const ref::LayerWeights& lw, int T, uint64_t seed,
-                          int rank) {
+                          int rank, bool use_bias = true) {
   const uint64_t token_seed = rank == 0 ? seed : ref::hash3(seed, 0xE9, uint64_t(rank));
   const ProjectionInputs in = random_projection_inputs(ProjectionShape::of(cfg), T, token_seed);
   EpTokens t;
   t.T = T;
   t.routing = ref::route(cfg.routing, in.logits.data(), T, cfg.num_experts, cfg.top_k,
-                         lw.route_bias.empty() ? nullptr : lw.route_bias.data());
+                         lw.route_bias.empty() || !use_bias ? nullptr : lw.route_bias.data());
   // (at least 16 bytes each: T = 0 still gets valid, aligned pointers)
   std::vector<uint16_t> x_bits = to_bf16_bits(in.x);
   x_bits.resize(std::max<size_t>(x_bits.size(), 8));
