@@ -351,6 +351,7 @@ TEST(EpLayerSanitizerNccl, OneRankSmall) {
   DeviceBuffer y(size_t(c.T) * shared.hidden * 2),
       ws(ep.workspace_size(EpCombine::choice_order, ReductionMode::deterministic, 3));
   y.fill(0xFF);
+  ws.fill(0xFF);  // poisoned, as in the other cases (NCCL also sends the chunks' unused rows)
   EpForwardArgs a = ep_args(in, y, shared.hidden, shared.top_k, EpCombine::choice_order);
   a.chunks = 3;
   ep.forward(a, ws.get(), ws.bytes(), nullptr);
