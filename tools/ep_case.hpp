@@ -116,8 +116,10 @@ inline EpTokens ep_tokens(const MoeConfig& cfg, const ref::LayerWeights& lw, int
   const ProjectionInputs in = random_projection_inputs(ProjectionShape::of(cfg), T, token_seed);
   EpTokens t;
   t.T = T;
-  t.routing = ref::route(cfg.routing, in.logits.data(), T, cfg.num_experts, cfg.top_k,
-                         lw.route_bias.empty() || !use_bias ? nullptr : lw.route_bias.data());
+  // A routing that needs a bias (DeepSeek's grouped top-k) gets zeros when it is not used.
+  const std::vector<float> zeros(use_bias ? 0 : lw.route_bias.size(), 0.0f);
+  const float* bias = lw.route_bias.empty() ? nullptr : use_bias ? lw.route_bias.data() : zeros.data();
+  t.routing = ref::route(cfg.routing, in.logits.data(), T, cfg.num_experts, cfg.top_k, bias);
   // (at least 16 bytes each: T = 0 still gets valid, aligned pointers)
   std::vector<uint16_t> x_bits = to_bf16_bits(in.x);
   x_bits.resize(std::max<size_t>(x_bits.size(), 8));

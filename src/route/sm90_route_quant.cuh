@@ -171,7 +171,11 @@ route_quant_kernel(const __grid_constant__ RouteQuantParams p) {
       w = __shfl_sync(0xffffffffu, w, 0);  // choice 0's weight (top-1 on the input)
     } else {
       if (p.given_ids && lane < p.k) {  // the layer's own [T, k_total] copy of the caller's
-        p.topk_ids[out + lane] = p.given_ids[int64_t(t) * p.k + lane];
+        // An id outside [0, E) becomes -1: dropped, as without shared columns; as itself, an id
+        // E + c would be taken for shared chunk c (and the real shared column dropped as its
+        // repeat).
+        const int32_t id = p.given_ids[int64_t(t) * p.k + lane];
+        p.topk_ids[out + lane] = id >= 0 && id < p.E ? id : -1;
         p.topk_weights[out + lane] = p.given_weights[int64_t(t) * p.k + lane];
       }
       if (on_input) w = p.given_weights ? p.given_weights[int64_t(t) * p.k] : p.topk_weights[out];

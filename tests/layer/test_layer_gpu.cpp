@@ -137,6 +137,9 @@ TEST(LayerGpu, GivenRoutingAndRepeatsDroppedAtEveryT) {
     std::vector<int32_t> ids = d.given.ids;
     ids[1] = ids[0];   // token 0 repeats its first expert
     ids[3] = 1000;     // token 0 (k=8) or 1: out of range
+    // E: out of range too, and the layer's own id of its first shared chunk (it must not stand
+    // in for the shared column, which stays with its gate's weight).
+    ids[5] = cfg.num_experts;
     try {
       run_layer(*g.layer, c, d, true, &ids);
       ADD_FAILURE() << "validated caller ids with a repeat were accepted";
@@ -144,7 +147,7 @@ TEST(LayerGpu, GivenRoutingAndRepeatsDroppedAtEveryT) {
       EXPECT_NE(std::string(e.what()).find("topk_ids[0, "), std::string::npos) << e.what();
     }
     const LayerRun run = run_layer(*g.layer, c, d, false, &ids);
-    EXPECT_EQ(run.dropped, 2) << "T=" << T;
+    EXPECT_EQ(run.dropped, 3) << "T=" << T;
     check_gate_up(c, d, g.layer->impl(), run, c.describe() + " repeats");
     check_down(c, d, g.layer->impl(), run, c.describe() + " repeats");
   }
