@@ -140,7 +140,9 @@ class EpMoeLayer {
   /// order, with the same combine (T may differ, and be 0). No host synchronization. With
   /// several GPUs in one process (a thread per rank), build every rank's layer and workspace
   /// before any rank's first forward: with peer access on, cudaMalloc / cudaFree wait for the
-  /// peers' NCCL kernels, which wait for the rank that is allocating.
+  /// peers' NCCL kernels, which wait for the rank that is allocating; and load the modules
+  /// eagerly (CUDA_MODULE_LOADING=EAGER before CUDA starts: a lazy load may wait the same way).
+  /// One process per GPU (torch.distributed, `fusedmoe run --ep`) has neither hazard.
   void forward(const EpForwardArgs& args, void* workspace, size_t workspace_bytes,
                Stream stream) const;
 

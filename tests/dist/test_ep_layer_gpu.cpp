@@ -12,9 +12,10 @@
 
 #include <nccl.h>
 
-#include <cmath>
-#include <exception>
 #include <barrier>
+#include <cmath>
+#include <cstdlib>
+#include <exception>
 #include <thread>
 
 #include "common/device_buffer.hpp"
@@ -27,6 +28,12 @@ using namespace fusedmoe;
 using namespace fusedmoe::test;
 
 namespace {
+
+// Every module loaded when CUDA starts (before main, so before any CUDA call): in the one-process
+// multi-GPU case, NCCL's kernels on one GPU spin until the peers' arrive, and a lazy module load
+// on a rank's thread may wait for the device (CUDA's lazy-loading hazard for kernels that wait on
+// each other), so a rank's first launch of a kernel could wait on a peer that waits on it.
+[[maybe_unused]] const bool kEagerModules = [] { return setenv("CUDA_MODULE_LOADING", "EAGER", 0) == 0; }();
 
 // A preset shrunk to test size without its shared experts (the routed path alone).
 MoeConfig routed_only(const char* preset, int H, int I, int E, Precision p) {
