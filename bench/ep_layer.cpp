@@ -121,6 +121,7 @@ void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch)
   const uint64_t seed = uint64_t(args.integer("seed", 1, 0, 1ll << 62));
   const int chunks = int(args.integer("chunks", 1, 1, kEpMaxChunks));
   const int local_sms = int(args.integer("local-sms", 0, 0, 1 << 10));
+  const int shared_sms = int(args.integer("shared-sms", 0, 0, 1 << 10));
   const int H = cfg.hidden, k = cfg.top_k;
   const int max_t = int(*std::max_element(tokens.begin(), tokens.end()));
   const bool print = ch.rank == 0;
@@ -153,7 +154,8 @@ void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch)
     const cli::LayerCost cost = cli::layer_cost(cfg, tok.routing, T);
     for (const ReductionMode mode : modes) {
       const EpCombine combine = cli::ep_combine_for(mode);
-      const EpForwardArgs a = cli::ep_forward_args(tok, y.get(), H, k, ch.device, mode);
+      EpForwardArgs a = cli::ep_forward_args(tok, y.get(), H, k, ch.device, mode);
+      a.shared_sms = shared_sms;
       // Checked first: the single-GPU layer on the same tokens and routing.
       const std::vector<uint16_t> want = cli::ep_reference(r, tok, H, k, mode);
       y.fill(0xFF);
@@ -346,6 +348,8 @@ const std::vector<BenchOption> kOptions = {
     {"chunks", "N", "also time the step split into N pipelined chunks (default 1: not)",
      Kind::integer, {}, 1, kEpMaxChunks},
     {"local-sms", "S", "with --chunks: the local layer's GEMMs on at most S SMs (default 0: all)",
+     Kind::integer, {}, 0, 1 << 10},
+    {"shared-sms", "S", "the shared experts' GEMMs on at most S SMs in every row (default 0: all)",
      Kind::integer, {}, 0, 1 << 10},
 };
 

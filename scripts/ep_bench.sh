@@ -5,7 +5,8 @@
 # --chunks pipelined chunks. One summary line per (R, routing, T) from rank 0's rows: the step, the
 # single-GPU layer on the same tokens (weak scaling), dispatch + combine against NCCL alone, the
 # chunked step. JSON and full tables in $FMOE_BUILD_DIR/ep_bench_*.{json,txt}.
-#   scripts/ep_bench.sh [--chunks N] [--ranks "1 2 4"]
+#   scripts/ep_bench.sh [--chunks N] [--ranks "1 2 4"] [-- extra bench options, e.g. --local-sms 116
+#                       --shared-sms 16]
 # Environment: FMOE_BUILD_DIR (build; fusedmoe must be built), FMOE_EP_TIMEOUT (default here 240).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -16,6 +17,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --chunks) CHUNKS="$2"; shift ;;
     --ranks) RANKS="$2"; shift ;;
+    --) shift; break ;;
     *) echo "usage: scripts/ep_bench.sh [--chunks N] [--ranks \"1 2 4\"]" >&2; exit 2 ;;
   esac
   shift
@@ -31,7 +33,7 @@ for R in $RANKS; do
   for routing in model unbiased; do
     base="$BUILD_DIR/ep_bench_R${R}_$routing"
     "$BUILD_DIR/fusedmoe" bench --op ep_layer --ep "$R" --preset deepseek-v3 --tokens 128,8192 \
-      --mode fast --routing "$routing" --chunks "$CHUNKS" --json "$base.json" >"$base.txt" 2>&1
+      --mode fast --routing "$routing" --chunks "$CHUNKS" --json "$base.json" "$@" >"$base.txt" 2>&1
     rc=$?
     if [ $rc -ne 0 ]; then
       status=1

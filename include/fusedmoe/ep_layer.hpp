@@ -93,8 +93,11 @@ struct EpForwardArgs {
   /// same value; the workspace is sized for it (workspace_size). 1: no pipelining.
   int chunks = 1;
   /// The local layer's GEMMs use at most this many SMs (0: all), leaving the rest to NCCL's
-  /// kernels while the chunks overlap.
+  /// kernels while the chunks overlap (or to the shared experts beside them).
   int local_sms = 0;
+  /// The shared experts' GEMMs use at most this many SMs (0: all), so that beside the local
+  /// layer they take a few SMs instead of waves of the whole GPU.
+  int shared_sms = 0;
 };
 
 /// What the last step on a workspace counted (EpMoeLayer::stats).

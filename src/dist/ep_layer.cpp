@@ -506,6 +506,7 @@ void shared_step(const EpMoeLayer::Impl& L, const EpForwardArgs& a, const EpWork
   sa.validate_routing = false;
   sa.y = TensorRef::contiguous(w.shared_y, DType::bf16, {T, L.H}, Device::cuda, device);
   sa.mode = ReductionMode::deterministic;
+  sa.max_sms = a.shared_sms;
   L.shared->forward(sa, w.shared_ws, w.shared_ws_bytes, reinterpret_cast<Stream>(stream));
 }
 
@@ -536,6 +537,7 @@ EpExchanges ep_check_forward(const EpMoeLayer& layer, const EpForwardArgs& a, vo
                "%s: chunks=%d must be in [1, min(%d, max_tokens_per_rank=%d)]", kOp, a.chunks,
                kEpMaxChunks, L.cap);
   FMOE_REQUIRE(a.local_sms >= 0, "%s: local_sms=%d must be >= 0 (0: every SM)", kOp, a.local_sms);
+  FMOE_REQUIRE(a.shared_sms >= 0, "%s: shared_sms=%d must be >= 0 (0: every SM)", kOp, a.shared_sms);
   const EpLayout l = ep_layout(L, a.combine, a.mode, a.chunks);
   FMOE_REQUIRE(workspace != nullptr, "%s: workspace is null", kOp);
   FMOE_REQUIRE(reinterpret_cast<uintptr_t>(workspace) % kAlign == 0,
