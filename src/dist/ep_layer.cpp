@@ -638,7 +638,6 @@ void EpMoeLayer::forward(const EpForwardArgs& a, void* workspace, size_t workspa
     ep_all_to_all(comm, x.rows.send, x.rows.recv, x.rows.bytes_per_peer, cs);
     FMOE_CUDA(cudaEventRecord(L.arrived[c], cs));
   }
-  if (side) FMOE_CUDA(cudaStreamWaitEvent(cs, L.join, 0));  // before the first combine
   for (int c = 0; c < C; ++c) {
     const EpExchanges x = exchanges_of(L, a.combine, wc[size_t(c)]);
     FMOE_CUDA(cudaStreamWaitEvent(stream, L.arrived[c], 0));
@@ -646,6 +645,8 @@ void EpMoeLayer::forward(const EpForwardArgs& a, void* workspace, size_t workspa
     FMOE_CUDA(cudaEventRecord(L.computed[c], stream));
     FMOE_CUDA(cudaStreamWaitEvent(cs, L.computed[c], 0));
     ep_all_to_all(comm, x.results.send, x.results.recv, x.results.bytes_per_peer, cs);
+    // The shared rows join before the first combine (not before the first return's exchange).
+    if (side && c == 0) FMOE_CUDA(cudaStreamWaitEvent(cs, L.join, 0));
     const int c0 = std::min(T, c * l.cap);
     combine_chunk(L, ac[size_t(c)], wc[size_t(c)], shared ? shared + size_t(c0) * L.H : nullptr, cs);
   }
