@@ -9,12 +9,14 @@
 # line per step; exits nonzero if any step failed. A binary that skips every case (exit 77) counts
 # as a failure here: this script is for machines with a GPU.
 #   scripts/ep_check.sh [--no-build] [--tools "memcheck racecheck"]
-# Environment: FMOE_BUILD_DIR (build), FMOE_CMAKE_ARGS, NCCL_ROOT (CMake also finds the toolkit's
-# NCCL and PyTorch's pip copy by itself).
+# Environment: FMOE_EP_STEP_TIMEOUT (s, default 300: a step that hangs, e.g. in NCCL, is ended
+# and counts as failed, exit 124), FMOE_BUILD_DIR (build), FMOE_CMAKE_ARGS, NCCL_ROOT (CMake also
+# finds the toolkit's NCCL and PyTorch's pip copy by itself).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
 BUILD_DIR=${FMOE_BUILD_DIR:-build}
+STEP_TIMEOUT=${FMOE_EP_STEP_TIMEOUT:-300}
 TOOLS="memcheck racecheck synccheck initcheck"
 BUILD=1
 while [ $# -gt 0 ]; do
@@ -58,7 +60,7 @@ fi
 
 for t in $TESTS; do
   log="$BUILD_DIR/ep_check_$t.log"
-  "$BUILD_DIR/tests/$t" >"$log" 2>&1
+  timeout "$STEP_TIMEOUT" "$BUILD_DIR/tests/$t" >"$log" 2>&1
   rc=$?
   if [ $rc -eq 0 ]; then
     note "$t: passed ($(grep -Eo '[0-9]+ tests? from [0-9]+ test suites? ran' "$log" | tail -1))"
@@ -72,7 +74,7 @@ done
 # The CLI: test_cli's EP cases (one rank over NCCL in its own process), then run --ep and
 # bench --op ep_layer by hand with one rank per GPU (R = 1 on a one-GPU machine).
 log="$BUILD_DIR/ep_check_test_cli.log"
-"$BUILD_DIR/tests/test_cli" --gtest_filter='Cli.*Ep*' >"$log" 2>&1
+timeout "$STEP_TIMEOUT" "$BUILD_DIR/tests/test_cli" --gtest_filter='Cli.*Ep*' >"$log" 2>&1
 rc=$?
 if [ $rc -eq 0 ] && ! grep -q "SKIPPED \] Cli.RunEpOneRank" "$log"; then
   note "test_cli Cli.*Ep*: passed"
@@ -85,7 +87,7 @@ GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
 [ "$GPUS" -ge 1 ] || GPUS=1
 if [ "$GPUS" -gt 2 ]; then  # the in-process multi-GPU case at R = 2 too (R = GPUS ran above)
   log="$BUILD_DIR/ep_check_multigpu_2.log"
-  if CUDA_VISIBLE_DEVICES=0,1 "$BUILD_DIR/tests/test_ep_layer_gpu" --gtest_filter='EpLayerMultiGpu.*' >"$log" 2>&1; then
+  if CUDA_VISIBLE_DEVICES=0,1 timeout "$STEP_TIMEOUT" "$BUILD_DIR/tests/test_ep_layer_gpu" --gtest_filter='EpLayerMultiGpu.*' >"$log" 2>&1; then
     note "EpLayerMultiGpu on 2 of $GPUS GPUs: passed"
   else
     status=1
@@ -100,7 +102,7 @@ for args in "run --ep $GPUS --preset qwen3-30b-a3b --tokens 128 --mode determini
             "bench --op ep_layer --ep $GPUS --tokens 128,8192 --json $BUILD_DIR/ep_layer.json"; do
   log="$BUILD_DIR/ep_check_cli_$(echo "$args" | tr -c 'a-z0-9\n' '_' | cut -c1-60).log"
   # shellcheck disable=SC2086  # args is a command line
-  "$BUILD_DIR/fusedmoe" $args >"$log" 2>&1
+  timeout "$STEP_TIMEOUT" "$BUILD_DIR/fusedmoe" $args >"$log" 2>&1
   rc=$?
   if [ $rc -eq 0 ]; then
     note "fusedmoe $args: ok (log: $log)"
@@ -119,7 +121,7 @@ else
   for tool in $TOOLS; do
     for t in test_ep_kernels_gpu test_ep_layer_gpu; do
       log="$BUILD_DIR/ep_sanitizer_${tool}_$t.log"
-      n=$(scripts/sanitize_binary.sh "$SAN" "$tool" "$BUILD_DIR/tests/$t" "$log")
+      n=$(timeout "$STEP_TIMEOUT" scripts/sanitize_binary.sh "$SAN" "$tool" "$BUILD_DIR/tests/$t" "$log")
       rc=$?
       if [ $rc -eq 0 ]; then
         note "$tool $t: ${n:-0} errors"
