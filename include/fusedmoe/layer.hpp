@@ -16,7 +16,14 @@ namespace fusedmoe {
 
 /// One forward call. All tensors in CUDA device memory on the layer's device.
 struct MoeForwardArgs {
-  TensorRef x;              ///< [T, H] bf16, unit column stride, 16-byte aligned rows
+  TensorRef x;              ///< [T, H] bf16, unit column stride, 16-byte aligned rows; with x_fp8
+                            ///< it may be left empty (data null), except for Qwen's shared gate
+  /// FP8 layers: the activations already quantized as the layer would (fmt::
+  /// quantize_fp8_per_token_128, e.g. rmsnorm_quant's e4m3 output, or rows that came over the
+  /// wire): e4m3 [T, H] codes (16-byte aligned rows) and f32 [T, ceil(H/128)] scales. The layer
+  /// then skips its own quantization of x and its first GEMM reads these; the result is the bits
+  /// it gives from x when they are x's quantization. Not with the routing weight on the input.
+  TensorRef x_fp8, x_fp8_scales;
   TensorRef router_logits;  ///< [T, E] f32 (unused with routing_given)
   bool routing_given = false;
   TensorRef topk_ids;       ///< routing_given: [T, top_k] i32 (the shared experts are added)

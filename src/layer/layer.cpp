@@ -650,21 +650,54 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
                              size_t workspace_bytes, cudaStream_t stream) {
   LayerPlan plan;
   const MoeConfig& cfg = L.cfg;
-  FMOE_REQUIRE(a.x.ndim == 2, "%s: x must be [T, H=%d] bf16, got %s", kOp, L.H, a.x.describe().c_str());
-  const int T = int(a.x.shape[0]), H = L.H, E = L.E, k = L.k;
-  FMOE_REQUIRE(a.x.shape[0] >= 0 && a.x.shape[0] < (int64_t(1) << 31), "%s: x has %lld rows", kOp,
-               (long long)a.x.shape[0]);
-  check_dtype(kOp, "x", a.x, DType::bf16);
-  check_shape(kOp, "x", a.x, {T, H});
-  check_unit_inner_stride(kOp, "x", a.x);
-  check_aligned(kOp, "x", a.x, 16);
-  check_data(kOp, "x", a.x);
+  // Pre-quantized rows (x_fp8): x itself may then be absent; T comes from whichever is given.
+  const bool pre = a.x_fp8.data != nullptr;
+  const bool has_x = !pre || a.x.data != nullptr;
+  const TensorRef& tx = has_x ? a.x : a.x_fp8;
+  const char* tx_name = has_x ? "x" : "x_fp8";
+  FMOE_REQUIRE(tx.ndim == 2, "%s: %s must be [T, H=%d] %s, got %s", kOp, tx_name, L.H,
+               has_x ? "bf16" : "e4m3", tx.describe().c_str());
+  const int T = int(tx.shape[0]), H = L.H, E = L.E, k = L.k;
+  FMOE_REQUIRE(tx.shape[0] >= 0 && tx.shape[0] < (int64_t(1) << 31), "%s: %s has %lld rows", kOp,
+               tx_name, (long long)tx.shape[0]);
+  if (has_x) {
+    check_dtype(kOp, "x", a.x, DType::bf16);
+    check_shape(kOp, "x", a.x, {T, H});
+    check_unit_inner_stride(kOp, "x", a.x);
+    check_aligned(kOp, "x", a.x, 16);
+    check_data(kOp, "x", a.x);
+  }
+  if (pre) {
+    FMOE_REQUIRE(L.fp8, "%s: x_fp8 was given, but this layer's activations are %s, not fp8_block "
+                 "(it quantizes nothing)", kOp, precision_name(cfg.activation_precision));
+    FMOE_REQUIRE(!L.on_input, "%s: x_fp8 cannot be used with %s routing: the weight goes on the "
+                 "input, so the rows are bf16(x * w), quantized after the routing", kOp,
+                 routing_fn_name(cfg.routing.fn));
+    FMOE_REQUIRE(has_x || L.shared_gate.get<__nv_bfloat16>() == nullptr, "%s: x_fp8 was given without x, but the "
+                 "shared expert's gate (shared_expert_gate) reads x: give x too", kOp);
+    check_dtype(kOp, "x_fp8", a.x_fp8, DType::e4m3);
+    check_shape(kOp, "x_fp8", a.x_fp8, {T, H});
+    check_unit_inner_stride(kOp, "x_fp8", a.x_fp8);
+    check_aligned(kOp, "x_fp8", a.x_fp8, 16);
+    check_dtype(kOp, "x_fp8_scales", a.x_fp8_scales, DType::f32);
+    check_shape(kOp, "x_fp8_scales", a.x_fp8_scales, {T, cdiv(H, 128)});
+    check_unit_inner_stride(kOp, "x_fp8_scales", a.x_fp8_scales);
+    check_aligned(kOp, "x_fp8_scales", a.x_fp8_scales, 4);
+    check_data(kOp, "x_fp8_scales", a.x_fp8_scales);
+  } else {
+    FMOE_REQUIRE(a.x_fp8_scales.data == nullptr, "%s: x_fp8_scales was given without x_fp8", kOp);
+  }
   check_dtype(kOp, "y", a.y, DType::bf16);
   check_shape(kOp, "y", a.y, {T, H});
   check_unit_inner_stride(kOp, "y", a.y);
   check_aligned(kOp, "y", a.y, 16);
   check_data(kOp, "y", a.y);
-  std::vector<std::pair<const char*, const TensorRef*>> on_gpu = {{"x", &a.x}, {"y", &a.y}};
+  std::vector<std::pair<const char*, const TensorRef*>> on_gpu = {{"y", &a.y}};
+  if (has_x) on_gpu.push_back({"x", &a.x});
+  if (pre) {
+    on_gpu.push_back({"x_fp8", &a.x_fp8});
+    on_gpu.push_back({"x_fp8_scales", &a.x_fp8_scales});
+  }
   if (a.routing_given) {
     check_dtype(kOp, "topk_ids", a.topk_ids, DType::i32);
     check_shape(kOp, "topk_ids", a.topk_ids, {T, k});
@@ -789,12 +822,13 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   rq.given_weights = a.routing_given ? static_cast<const float*>(a.topk_weights.data) : nullptr;
   rq.k_total = L.k_total;
   rq.shared_gate = L.shared_gate.get<__nv_bfloat16>();
-  rq.x = static_cast<const __nv_bfloat16*>(a.x.data);
-  rq.ldx = a.x.stride[0];
+  rq.x = has_x ? static_cast<const __nv_bfloat16*>(a.x.data) : nullptr;  // (read: rows, the gate)
+  rq.ldx = has_x ? a.x.stride[0] : 0;
   rq.T = T;
   rq.K = H;
   rq.KB = int(KBh);
-  rq.row_format = L.fp8 ? RowFormat::fp8 : (L.on_input ? RowFormat::bf16 : RowFormat::none);
+  rq.row_format = pre ? RowFormat::none  // the caller's rows: nothing to quantize
+                 : L.fp8 ? RowFormat::fp8 : (L.on_input ? RowFormat::bf16 : RowFormat::none);
   rq.shared_rows = L.on_input && L.C > 0;
   rq.topk_ids = ws.topk_ids;
   rq.topk_weights = ws.topk_weights;
@@ -832,15 +866,18 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   g1.row_scale = L.w13_row_scale.get<float>();
   g1.sb_groups = 16;
   g1.n_rows = L.NT1 * 128;
-  if (L.fp8 || L.on_input) {
+  if (pre) {
+    g1.a = static_cast<const uint8_t*>(a.x_fp8.data);
+    g1.lda = a.x_fp8.stride[0];
+  } else if (L.fp8 || L.on_input) {
     g1.a = ws.rows;
     g1.lda = int64_t(H) * eb;
   } else {
     g1.a = static_cast<const uint8_t*>(a.x.data);  // bf16 rows straight from x
     g1.lda = a.x.stride[0] * 2;
   }
-  g1.sa = ws.row_scales;
-  g1.sa_ld = KBh;
+  g1.sa = pre ? static_cast<const float*>(a.x_fp8_scales.data) : ws.row_scales;
+  g1.sa_ld = pre ? a.x_fp8_scales.stride[0] : KBh;
   g1.shared_row_offset = rq.shared_rows ? T : 0;
   g1.N = L.NT1 * 128;
   g1.K = H;

@@ -474,6 +474,95 @@ TEST(LayerGpu, FourBitScalesThatAreNotFiniteAreRefused) {
                      "w13_scale holds the NaN scale code 0xff at row 1, column block 1");
 }
 
+// Rows the caller quantized (MoeForwardArgs::x_fp8, e.g. rmsnorm_quant's output or rows that came
+// over the wire) in place of the layer's own quantization of x: the host quantizer matches
+// route_quant bit for bit, so y is the same bits (deterministic mode), with and without x beside
+// them; then the refusals.
+TEST(LayerGpu, PreQuantizedFp8RowsGiveTheSameBits) {
+  FMOE_SKIP_WITHOUT_GPU();
+  const MoeConfig cfgs[] = {
+      scaled(find_preset("deepseek-v3"), 272, 128, 16, Precision::fp8_block),  // a partial scale block
+      scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 16, Precision::fp8_block),  // gated shared expert
+      scaled(find_preset("qwen3-30b-a3b"), 256, 128, 16, Precision::fp8_block),
+  };
+  for (const MoeConfig& cfg : cfgs)
+    for (int T : {1, 40, 300}) {
+      const int H = cfg.hidden, k = cfg.top_k, KB = (H + 127) / 128;
+      LayerCase c = make_case(cfg, T, ReductionMode::deterministic, LayerRoute::given);
+      const LayerData d = make_layer_data(c, hash_ints({T, H, 41}));
+      const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+      std::vector<uint8_t> q(size_t(T) * H);
+      std::vector<float> sc(size_t(T) * KB);
+      fmt::quantize_fp8_per_token_128(d.x.data(), T, H, q.data(), sc.data());
+      DeviceBuffer x = DeviceBuffer::from(d.x_bits), ids = DeviceBuffer::from(d.given.ids),
+                   w = DeviceBuffer::from(d.given.weights), xq = DeviceBuffer::from(q),
+                   xs = DeviceBuffer::from(sc), y(size_t(T) * H * 2),
+                   ws(g.layer->workspace_size(T, ReductionMode::deterministic));
+      MoeForwardArgs a;
+      a.x = TensorRef::contiguous(x.get(), DType::bf16, {T, H}, Device::cuda);
+      a.routing_given = true;
+      a.topk_ids = TensorRef::contiguous(ids.get(), DType::i32, {T, k}, Device::cuda);
+      a.topk_weights = TensorRef::contiguous(w.get(), DType::f32, {T, k}, Device::cuda);
+      a.y = TensorRef::contiguous(y.get(), DType::bf16, {T, H}, Device::cuda);
+      a.mode = ReductionMode::deterministic;
+      auto forward = [&](const MoeForwardArgs& args) {
+        y.fill(0xFF);
+        ws.fill(0xFF);
+        g.layer->forward(args, ws.get(), ws.bytes(), nullptr);
+        FMOE_CUDA(cudaDeviceSynchronize());
+        return y.to_host<uint16_t>();
+      };
+      const std::vector<uint16_t> want = forward(a);
+      MoeForwardArgs p = a;
+      p.x_fp8 = TensorRef::contiguous(xq.get(), DType::e4m3, {T, H}, Device::cuda);
+      p.x_fp8_scales = TensorRef::contiguous(xs.get(), DType::f32, {T, KB}, Device::cuda);
+      const std::string ctx = c.describe();
+      auto differing = [&](const std::vector<uint16_t>& got) {
+        size_t n = 0;
+        for (size_t i = 0; i < want.size(); ++i) n += got[i] != want[i];
+        return n;
+      };
+      EXPECT_EQ(differing(forward(p)), 0u) << ctx << " x_fp8 with x: elements that differ";
+      if (!cfg.shared_expert_gate) {
+        MoeForwardArgs nx = p;
+        nx.x = {};
+        EXPECT_EQ(differing(forward(nx)), 0u) << ctx << " x_fp8 without x: elements that differ";
+      } else {
+        MoeForwardArgs nx = p;
+        nx.x = {};
+        expect_error([&] { forward(nx); }, "reads x: give x too");
+      }
+      MoeForwardArgs bad = p;
+      bad.x_fp8_scales.shape[1] += 1;
+      expect_error([&] { forward(bad); }, "x_fp8_scales");
+      bad = a;
+      bad.x_fp8_scales = p.x_fp8_scales;
+      expect_error([&] { forward(bad); }, "x_fp8_scales was given without x_fp8");
+      if (testing::Test::HasFailure()) return;
+    }
+  // A bf16 layer quantizes nothing; Llama 4's rows are bf16(x * w).
+  for (const MoeConfig& cfg : {scaled(find_preset("qwen3-30b-a3b"), 256, 128, 16, Precision::bf16),
+                               scaled(find_preset("llama4-maverick"), 256, 128, 16, Precision::fp8_block)}) {
+    const int T = 4, H = cfg.hidden, KB = (H + 127) / 128;
+    LayerCase c = make_case(cfg, T, ReductionMode::deterministic, LayerRoute::given);
+    const LayerData d = make_layer_data(c, 3);
+    const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+    DeviceBuffer x = DeviceBuffer::from(d.x_bits), ids = DeviceBuffer::from(d.given.ids),
+                 w = DeviceBuffer::from(d.given.weights), xq(size_t(T) * H), xs(size_t(T) * KB * 4),
+                 y(size_t(T) * H * 2), ws(g.layer->workspace_size(T, ReductionMode::deterministic));
+    MoeForwardArgs a;
+    a.x = TensorRef::contiguous(x.get(), DType::bf16, {T, H}, Device::cuda);
+    a.routing_given = true;
+    a.topk_ids = TensorRef::contiguous(ids.get(), DType::i32, {T, cfg.top_k}, Device::cuda);
+    a.topk_weights = TensorRef::contiguous(w.get(), DType::f32, {T, cfg.top_k}, Device::cuda);
+    a.y = TensorRef::contiguous(y.get(), DType::bf16, {T, H}, Device::cuda);
+    a.x_fp8 = TensorRef::contiguous(xq.get(), DType::e4m3, {T, H}, Device::cuda);
+    a.x_fp8_scales = TensorRef::contiguous(xs.get(), DType::f32, {T, KB}, Device::cuda);
+    expect_error([&] { g.layer->forward(a, ws.get(), ws.bytes(), nullptr); },
+                 cfg.weight_precision == Precision::bf16 ? "activations are bf16" : "the weight goes on the input");
+  }
+}
+
 TEST(LayerGpu, SanitizerSmall) {
   // For compute-sanitizer (scripts/gpu_check.sh): H=2880 gives GEMM 1 23 k-blocks (every k-stage
   // ring wraps), forced BLOCK_T=128 with ~150 routes per expert gives several token tiles per
