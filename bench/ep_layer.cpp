@@ -122,6 +122,7 @@ void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch)
   const int chunks = int(args.integer("chunks", 1, 1, kEpMaxChunks));
   const int local_sms = int(args.integer("local-sms", 0, 0, 1 << 10));
   const int shared_sms = int(args.integer("shared-sms", 0, 0, 1 << 10));
+  const bool fp8_rows = args.str("rows", "bf16") == "fp8";
   const int H = cfg.hidden, k = cfg.top_k;
   const int max_t = int(*std::max_element(tokens.begin(), tokens.end()));
   const bool print = ch.rank == 0;
@@ -156,6 +157,7 @@ void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch)
       const EpCombine combine = cli::ep_combine_for(mode);
       EpForwardArgs a = cli::ep_forward_args(tok, y.get(), H, k, ch.device, mode);
       a.shared_sms = shared_sms;
+      a.fp8_rows = fp8_rows;
       // Checked first: the single-GPU layer on the same tokens and routing.
       const std::vector<uint16_t> want = cli::ep_reference(r, tok, H, k, mode);
       y.fill(0xFF);
@@ -349,6 +351,8 @@ const std::vector<BenchOption> kOptions = {
      Kind::integer, {}, 1, kEpMaxChunks},
     {"local-sms", "S", "with --chunks: the local layer's GEMMs on at most S SMs (default 0: all)",
      Kind::integer, {}, 0, 1 << 10},
+    {"rows", "bf16|fp8", "how the token rows travel: bf16, or fp8 codes + 1x128 scales quantized on "
+     "the token's rank (fp8 layers; default bf16)", Kind::choice, {"bf16", "fp8"}},
     {"shared-sms", "S", "the shared experts' GEMMs on at most S SMs in every row (default 0: all)",
      Kind::integer, {}, 0, 1 << 10},
 };

@@ -40,7 +40,8 @@ namespace fusedmoe::cli {
 const char* kRunUsage =
     "usage: fusedmoe run [--preset NAME | --config PATH] [--tokens N] [--seed N]\n"
     "                    [--precision bf16|fp8|nvfp4|mxfp4] [--top-k N] [--backend auto|cpu|gpu]\n"
-    "                    [--mode fast|deterministic] [--projection] [--ep R [--chunks N]]\n"
+    "                    [--mode fast|deterministic] [--projection]\n"
+    "                    [--ep R [--chunks N] [--rows bf16|fp8]]\n"
     "       fusedmoe run --model DIR --layer N [--tokens N] [--seed N] [--backend B] [--mode M]\n"
     "\n"
     "One MoE layer forward (routing, gate/up, activation, down, weighted combine, shared expert)\n"
@@ -81,7 +82,9 @@ const char* kRunUsage =
     "                    Shared experts run on every rank on its own tokens. Needs R sm_90 GPUs,\n"
     "                    a build with NCCL and at least top-k experts per rank\n"
     "  --chunks N        with --ep: the step split into N pipelined chunks (1..8; checked by\n"
-    "                    relative L2 when N > 1)\n";
+    "                    relative L2 when N > 1)\n"
+    "  --rows bf16|fp8   with --ep: how the token rows travel (fp8: codes + 1x128 scales,\n"
+    "                    quantized on the token's rank as the layer would; fp8 layers)\n";
 
 namespace {
 
@@ -535,7 +538,7 @@ int run_model(const std::string& dir, int layer, int T, uint64_t seed, const std
 int cmd_run(const std::vector<std::string>& argv) {
   set_activity("reading the arguments");
   Args args(argv, {"preset", "config", "tokens", "seed", "precision", "top-k", "backend", "mode",
-                   "model", "layer", "ep", "chunks", kEpChildOption},
+                   "model", "layer", "ep", "chunks", "rows", kEpChildOption},
             {"projection"});
   if (args.has("preset") && args.has("config"))
     throw UsageError("give either --preset or --config, not both");
@@ -558,6 +561,7 @@ int cmd_run(const std::vector<std::string>& argv) {
   }
   if (args.has("layer")) throw UsageError("--layer needs --model DIR");
   if (args.has("chunks") && !args.has("ep")) throw UsageError("--chunks needs --ep R");
+  if (args.has("rows") && !args.has("ep")) throw UsageError("--rows needs --ep R");
   if (args.has(kEpChildOption) && !args.has("ep"))
     throw UsageError(strf("--%s is internal: the ranks of --ep get it from their parent", kEpChildOption));
   if (args.has("ep")) {

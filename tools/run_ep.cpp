@@ -27,7 +27,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 // One rank: build, forward once, check, one line. Exit status 0 on PASS, 1 on FAIL.
 int run_rank_on(const MoeConfig& cfg, int T, uint64_t seed, ReductionMode mode, int chunks,
-                const EpChild& ch, cudaStream_t stream) {
+                bool fp8_rows, const EpChild& ch, cudaStream_t stream) {
   const int H = cfg.hidden, k = cfg.top_k;
   const auto t0 = std::chrono::steady_clock::now();
   set_activity("building this rank's layer and joining the communicator");
@@ -45,6 +45,7 @@ int run_rank_on(const MoeConfig& cfg, int T, uint64_t seed, ReductionMode mode, 
   DeviceBuffer ws(ep.workspace_size(combine, mode, chunks));
   EpForwardArgs a = ep_forward_args(tokens, y.get(), H, k, ch.device, mode);
   a.chunks = chunks;
+  a.fp8_rows = fp8_rows;
   ep.forward(a, ws.get(), ws.bytes(), reinterpret_cast<Stream>(stream));
   wait_or_die(stream, 120, strf("EpMoeLayer::forward on rank %d", ch.rank));
   const EpStats st = ep.stats(ws.get(), combine, mode, reinterpret_cast<Stream>(stream), chunks);
@@ -92,12 +93,12 @@ int run_rank_on(const MoeConfig& cfg, int T, uint64_t seed, ReductionMode mode, 
 }
 
 int run_rank(const MoeConfig& cfg, int T, uint64_t seed, ReductionMode mode, int chunks,
-             const EpChild& ch) {
+             bool fp8_rows, const EpChild& ch) {
   FMOE_CUDA(cudaSetDevice(ch.device));
   cudaStream_t stream = nullptr;
   FMOE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   // The layers and the communicator go before the stream they were made on.
-  const int rc = run_rank_on(cfg, T, seed, mode, chunks, ch, stream);
+  const int rc = run_rank_on(cfg, T, seed, mode, chunks, fp8_rows, ch, stream);
   FMOE_CUDA(cudaStreamDestroy(stream));
   return rc;
 }
@@ -109,17 +110,19 @@ int run_ep(const Args& args, const std::vector<std::string>& argv, const MoeConf
            uint64_t seed, const std::string& mode) {
   const int R = int(args.integer("ep", 1, 1, 1 << 10));
   const int chunks = int(args.integer("chunks", 1, 1, kEpMaxChunks));
+  const bool fp8_rows = args.choice("rows", "bf16", {"bf16", "fp8"}) == "fp8";
   if (args.has(kEpChildOption)) {
     const EpChild ch = parse_ep_child(args.str(kEpChildOption, ""), R);  // usage errors first
 #if defined(FMOE_HAS_NCCL)
     try {
-      return run_rank(cfg, T, seed, parse_reduction_mode(mode), chunks, ch);
+      return run_rank(cfg, T, seed, parse_reduction_mode(mode), chunks, fp8_rows, ch);
     } catch (const Error& e) {
       throw Error(rank_message(ch, e.what()));
     }
 #else
     (void)ch;
     (void)chunks;
+    (void)fp8_rows;
     require_nccl_build();
     return 1;
 #endif
@@ -137,6 +140,7 @@ int run_ep(const Args& args, const std::vector<std::string>& argv, const MoeConf
               mode.c_str(), mode == "deterministic" ? "choice-order" : "rank-order",
               mode == "deterministic" && chunks == 1 ? "bitwise" : "relative L2");
   if (chunks > 1) std::printf("  chunks   : %d, pipelined\n", chunks);
+  if (fp8_rows) std::printf("  rows     : fp8 codes + 1x128 scales, quantized on the token's rank\n");
   std::printf("  ranks    : %d processes, rank r on GPU r, NCCL_NVLS_ENABLE=0 unless set\n", R);
   std::fflush(stdout);
   std::vector<std::string> child_argv = {"run"};

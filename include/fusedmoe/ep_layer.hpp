@@ -98,6 +98,11 @@ struct EpForwardArgs {
   /// The shared experts' GEMMs use at most this many SMs (0: all), so that beside the local
   /// layer they take a few SMs instead of waves of the whole GPU.
   int shared_sms = 0;
+  /// FP8 layers: each row travels quantized as the layer would quantize it (e4m3 codes + one f32
+  /// scale per 128 columns, by the token's rank: the same bits), H + 4 ceil(H/128) bytes instead
+  /// of 2H; the local layer reads the codes as they arrived (MoeForwardArgs::x_fp8). Not with
+  /// bf16 / 4-bit layers or a routing that weights the input (an Error).
+  bool fp8_rows = false;
 };
 
 /// What the last step on a workspace counted (EpMoeLayer::stats).

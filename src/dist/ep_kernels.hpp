@@ -55,6 +55,10 @@ struct EpCounters {
 struct EpDispatchParams {
   EpPartitionArgs part;
   int T = 0, k = 0, cap = 0, source_rank = 0;
+  // fp8 rows: the pack quantizes x's bf16 row (route_quant's quantize_row) into the payload:
+  // e4m3 codes [H], then f32 scales [ceil(H/128)] (payload_bytes = H + 4 ceil(H/128), rounded to
+  // 16). Else the payload is x's bytes.
+  int fp8_rows = 0, H = 0;
   const int32_t* topk_ids = nullptr;     // [T, k] global expert ids
   const float* topk_weights = nullptr;   // [T, k]
   const uint8_t* x = nullptr;            // [T, payload_bytes], row stride x_ld_bytes (16-aligned)
@@ -78,6 +82,11 @@ void launch_ep_dispatch(const EpDispatchParams& p, cudaStream_t stream);
 struct EpReceiveParams {
   EpPartitionArgs part;
   int dest_rank = 0, k = 0, cap = 0;
+  // fp8 rows: x gets the codes [H] (x_ld_bytes >= H) and x_scales the f32 scales [ceil(H/128)]
+  // (row stride x_scales_ld floats); past the arrived rows both are zero.
+  int fp8_rows = 0, H = 0;
+  float* x_scales = nullptr;
+  int64_t x_scales_ld = 0;
   EpRowLayout row;
   const int32_t* recv_counts = nullptr;  // [R] as exchanged (clamped to [0, cap] here)
   const uint8_t* recv = nullptr;         // [R * cap, row_bytes]: chunk s from source s

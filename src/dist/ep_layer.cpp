@@ -33,6 +33,8 @@ struct EpMoeLayer::Impl {
   int rank = 0, R = 1, cap = 0, H = 0, k = 0;
   int first = 0, E_local = 0;
   detail::EpRowLayout row;          // payload: a bf16 row of x (the local layer quantizes it)
+  detail::EpRowLayout row8;         // fp8 rows (EpForwardArgs::fp8_rows): codes + 1x128 scales
+  bool fp8_ok = false;              // fp8 activations, the weight not on the input
   std::unique_ptr<MoeLayer> local;  // this rank's experts, caller-given routing
   // Shared experts: the shared MLP as one expert, routed by ep_shared_routing (every token, its
   // gate's weight or 1); the side stream and its fork / join events overlap it with the exchanges.
@@ -70,6 +72,9 @@ size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 // Scratch of one step; nothing needs initialization.
 struct EpWorkspace {
   int cap = 0;                       // this chunk's rows per peer
+  bool fp8 = false;                  // rows travel as fp8 (row8), x_local holds codes + scales
+  detail::EpRowLayout row;           // the rows' layout this step (sizes: the bf16 one, larger)
+  float* x_scales = nullptr;         // fp8: [R * cap, ceil(H/128)] after the codes in x_local
   detail::EpCounters* counters = nullptr;
   int32_t* route_dest = nullptr;     // [cap * k]
   int32_t* goes_to = nullptr;        // [R * cap]
@@ -177,11 +182,16 @@ EpLayout ep_layout(const EpMoeLayer::Impl& L, EpCombine combine, ReductionMode m
 
 // Chunk c's arrays (and the shared part) in `base`.
 EpWorkspace workspace_of(const EpMoeLayer::Impl& L, EpCombine combine, ReductionMode mode,
-                         const EpLayout& l, void* base, int c) {
+                         bool fp8, const EpLayout& l, void* base, int c) {
   EpWorkspace w;
   uint8_t* b = static_cast<uint8_t*>(base);
   shared_layout(L, b, w);
   chunk_layout(L, combine, mode, l.cap, b + l.shared_bytes + size_t(c) * l.chunk_bytes, w);
+  w.fp8 = fp8;
+  w.row = fp8 ? L.row8 : L.row;
+  // fp8: the codes [R * cap, H] then the scales fill x_local's bf16 room (H + 4 H / 128 <= 2H
+  // bytes a row; H % 16 == 0 keeps the scales 16-byte aligned).
+  if (fp8 && w.x_local) w.x_scales = reinterpret_cast<float*>(w.x_local + int64_t(L.R) * l.cap * L.H);
   return w;
 }
 
@@ -287,6 +297,10 @@ EpMoeLayer::EpMoeLayer(const MoeConfig& cfg, const MoeLayerWeights& local_weight
     *t = TensorRef{};
   L.local = std::make_unique<MoeLayer>(local, routed, stream);
   L.row = detail::ep_row_layout(int64_t(L.H) * 2, L.k);
+  L.fp8_ok = cfg.activation_precision == Precision::fp8_block &&
+             cfg.weight_precision == Precision::fp8_block &&
+             cfg.routing.fn != RoutingFn::sigmoid_top1_on_input;
+  L.row8 = detail::ep_row_layout(L.H + (4 * int64_t((L.H + 127) / 128) + 15) / 16 * 16, L.k);
   FMOE_CUDA(cudaStreamCreateWithFlags(&L.comm_stream, cudaStreamNonBlocking));
   for (cudaEvent_t* e : {&L.comm_fork, &L.comm_join}) FMOE_CUDA(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
   for (int c = 0; c < kEpMaxChunks; ++c) {
@@ -369,7 +383,7 @@ EpExchanges exchanges_of(const EpMoeLayer::Impl& L, EpCombine combine, const EpW
                                                                   : size_t(L.H) * 2;
   EpExchanges x;
   x.counts = {w.send_counts, w.recv_counts, sizeof(int32_t)};
-  x.rows = {w.send, w.recv, size_t(w.cap) * size_t(L.row.row_bytes)};
+  x.rows = {w.send, w.recv, size_t(w.cap) * size_t(w.row.row_bytes)};
   x.results = {w.ret_send, w.ret_recv, size_t(w.cap) * ret_row_bytes};
   return x;
 }
@@ -386,7 +400,9 @@ void dispatch_chunk(const EpMoeLayer::Impl& L, const EpForwardArgs& a, const EpW
   dp.topk_weights = static_cast<const float*>(a.topk_weights.data);
   dp.x = static_cast<const uint8_t*>(a.x.data);
   dp.x_ld_bytes = a.x.stride[0] * 2;
-  dp.row = L.row;
+  dp.row = w.row;
+  dp.fp8_rows = w.fp8;
+  dp.H = L.H;
   dp.route_dest = w.route_dest;
   dp.goes_to = w.goes_to;
   dp.token_row = w.token_row;
@@ -410,7 +426,11 @@ void local_chunk(const EpMoeLayer::Impl& L, const EpForwardArgs& a, const EpWork
   rp.dest_rank = L.rank;
   rp.k = L.k;
   rp.cap = w.cap;
-  rp.row = L.row;
+  rp.row = w.row;
+  rp.fp8_rows = w.fp8;
+  rp.H = L.H;
+  rp.x_scales = w.x_scales;
+  rp.x_scales_ld = (L.H + 127) / 128;
   rp.recv_counts = w.recv_counts;
   rp.recv = w.recv;
   rp.recv_offsets = w.recv_offsets;
@@ -418,7 +438,7 @@ void local_chunk(const EpMoeLayer::Impl& L, const EpForwardArgs& a, const EpWork
   rp.local_ids = w.local_ids;
   rp.local_weights = w.local_weights;
   rp.x = w.x_local;
-  rp.x_ld_bytes = int64_t(L.H) * 2;
+  rp.x_ld_bytes = int64_t(L.H) * (w.fp8 ? 1 : 2);
   rp.expert_counts = w.expert_counts;
   rp.counters = w.counters;
   launch_ep_receive(rp, stream);
@@ -427,7 +447,13 @@ void local_chunk(const EpMoeLayer::Impl& L, const EpForwardArgs& a, const EpWork
   // drop rule skips); ids are not checked on the host (that would synchronize).
   const ReductionMode mode = local_mode(a.combine, a.mode);
   MoeForwardArgs la;
-  la.x = TensorRef::contiguous(w.x_local, DType::bf16, {rows, L.H}, Device::cuda, device);
+  if (w.fp8) {  // the rows arrived quantized: the local layer reads them as they are
+    la.x_fp8 = TensorRef::contiguous(w.x_local, DType::e4m3, {rows, L.H}, Device::cuda, device);
+    la.x_fp8_scales = TensorRef::contiguous(w.x_scales, DType::f32, {rows, (L.H + 127) / 128},
+                                            Device::cuda, device);
+  } else {
+    la.x = TensorRef::contiguous(w.x_local, DType::bf16, {rows, L.H}, Device::cuda, device);
+  }
   la.routing_given = true;
   la.topk_ids = TensorRef::contiguous(w.local_ids, DType::i32, {rows, L.k}, Device::cuda, device);
   la.topk_weights = TensorRef::contiguous(w.local_weights, DType::f32, {rows, L.k}, Device::cuda, device);
@@ -513,7 +539,8 @@ void shared_step(const EpMoeLayer::Impl& L, const EpForwardArgs& a, const EpWork
 // The steps apart (ep_layer_steps.hpp) run an unchunked step.
 EpWorkspace single_chunk(const EpMoeLayer::Impl& L, const EpForwardArgs& a, void* workspace) {
   FMOE_REQUIRE(a.chunks == 1, "%s: the steps apart run unchunked steps (chunks=%d)", kOp, a.chunks);
-  return workspace_of(L, a.combine, a.mode, ep_layout(L, a.combine, a.mode, 1), workspace, 0);
+  return workspace_of(L, a.combine, a.mode, a.fp8_rows, ep_layout(L, a.combine, a.mode, 1),
+                      workspace, 0);
 }
 
 }  // namespace
@@ -546,7 +573,10 @@ EpExchanges ep_check_forward(const EpMoeLayer& layer, const EpForwardArgs& a, vo
                "%s: workspace of %zu bytes is smaller than the %zu bytes this combine, mode and "
                "chunks=%d need (size it with workspace_size)", kOp, workspace_bytes, l.total,
                a.chunks);
-  const EpWorkspace w = workspace_of(L, a.combine, a.mode, l, workspace, 0);
+  FMOE_REQUIRE(!a.fp8_rows || L.fp8_ok, "%s: fp8_rows needs fp8_block weights and activations "
+               "and a routing that does not weight the input; this layer is %s", kOp,
+               L.cfg.summary().c_str());
+  const EpWorkspace w = workspace_of(L, a.combine, a.mode, a.fp8_rows, l, workspace, 0);
   FMOE_REQUIRE(!L.shared || L.shared->workspace_size(T, ReductionMode::deterministic) <= w.shared_ws_bytes,
                "%s: internal: the shared experts' workspace for T=%d exceeds the one sized for "
                "max_tokens_per_rank=%d", kOp, T, L.cap);
@@ -596,7 +626,7 @@ void EpMoeLayer::forward(const EpForwardArgs& a, void* workspace, size_t workspa
   ep_check_forward(*this, a, workspace, workspace_bytes);
   const int T = int(a.x.shape[0]), C = a.chunks;
   const EpLayout l = ep_layout(L, a.combine, a.mode, C);
-  const EpWorkspace w0 = workspace_of(L, a.combine, a.mode, l, workspace, 0);
+  const EpWorkspace w0 = workspace_of(L, a.combine, a.mode, a.fp8_rows, l, workspace, 0);
   const float* shared = shared_rows(L, T, w0);
   const bool side = L.shared && a.overlap_shared && T > 0;
   std::lock_guard<std::mutex> lock(L.side_mutex);  // the streams and events below are the layer's
@@ -629,7 +659,7 @@ void EpMoeLayer::forward(const EpForwardArgs& a, void* workspace, size_t workspa
   for (int c = 0; c < C; ++c) {
     const int c0 = std::min(T, c * l.cap), c1 = std::min(T, (c + 1) * l.cap);
     ac.push_back(slice(a, c0, c1 - c0));
-    wc.push_back(workspace_of(L, a.combine, a.mode, l, workspace, c));
+    wc.push_back(workspace_of(L, a.combine, a.mode, a.fp8_rows, l, workspace, c));
   }
   for (int c = 0; c < C; ++c) {
     const EpExchanges x = exchanges_of(L, a.combine, wc[size_t(c)]);
@@ -664,7 +694,7 @@ EpStats EpMoeLayer::stats(const void* workspace, EpCombine combine, ReductionMod
   const EpLayout l = ep_layout(L, combine, mode, chunks);
   EpStats s;
   for (int c = 0; c < chunks; ++c) {
-    const EpWorkspace w = workspace_of(L, combine, mode, l, const_cast<void*>(workspace), c);
+    const EpWorkspace w = workspace_of(L, combine, mode, false, l, const_cast<void*>(workspace), c);
     detail::EpCounters k{};
     int32_t received = 0;
     FMOE_CUDA(cudaMemcpyAsync(&k, w.counters, sizeof(k), cudaMemcpyDeviceToHost, stream));

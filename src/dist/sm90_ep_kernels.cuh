@@ -13,6 +13,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "dist/ep_kernels.hpp"
+#include "route/sm90_quantize_row.cuh"
 #include "route/sm90_shared_gate.cuh"
 #include "schedule/sm90_route_drop.cuh"
 
@@ -118,7 +119,11 @@ ep_dispatch_pack_kernel(const __grid_constant__ EpDispatchParams p) {
   if (i < 0) return;
   const int64_t slot = int64_t(d) * p.cap + i;
   uint8_t* row = p.send + slot * p.row.row_bytes;
-  warp_copy16(row, p.x + int64_t(t) * p.x_ld_bytes, p.row.payload_bytes, lane);
+  if (p.fp8_rows)  // one warp quantizes the row it sends (at most min(k, R) times per token)
+    quantize_row<false>(reinterpret_cast<const __nv_bfloat16*>(p.x + int64_t(t) * p.x_ld_bytes), p.H,
+                        1.0f, false, row, reinterpret_cast<float*>(row + p.H), 0, 1, lane);
+  else
+    warp_copy16(row, p.x + int64_t(t) * p.x_ld_bytes, p.row.payload_bytes, lane);
   int32_t* ids = reinterpret_cast<int32_t*>(row + p.row.ids_offset);
   float* weights = reinterpret_cast<float*>(row + p.row.weights_offset);
   const int first = ep_first(p.part, d);
@@ -166,7 +171,9 @@ ep_receive_kernel(const __grid_constant__ EpReceiveParams p) {
   float* out_weights = p.local_weights + r * k;
   if (source < 0) {  // past the rows that arrived: routes the local layer drops, zero activations
     if (lane == 0) p.row_slot[r] = -1;
-    warp_zero16(x, p.row.payload_bytes, lane);
+    warp_zero16(x, p.fp8_rows ? int64_t(p.H) : p.row.payload_bytes, lane);
+    if (p.fp8_rows)
+      for (int b = lane; b < (p.H + 127) / 128; b += 32) p.x_scales[r * p.x_scales_ld + b] = 0.0f;
     for (int j = lane; j < k; j += 32) {
       out_ids[j] = -1;
       out_weights[j] = 0.0f;
@@ -176,7 +183,13 @@ ep_receive_kernel(const __grid_constant__ EpReceiveParams p) {
   const int64_t slot = int64_t(source) * p.cap + (r - offset);
   if (lane == 0) p.row_slot[r] = int32_t(slot);
   const uint8_t* row = p.recv + slot * p.row.row_bytes;
-  warp_copy16(x, row, p.row.payload_bytes, lane);
+  if (p.fp8_rows) {  // codes to x, scales to x_scales
+    warp_copy16(x, row, p.H, lane);
+    const float* scales = reinterpret_cast<const float*>(row + p.H);
+    for (int b = lane; b < (p.H + 127) / 128; b += 32) p.x_scales[r * p.x_scales_ld + b] = scales[b];
+  } else {
+    warp_copy16(x, row, p.row.payload_bytes, lane);
+  }
   const int32_t* ids = reinterpret_cast<const int32_t*>(row + p.row.ids_offset);
   const float* weights = reinterpret_cast<const float*>(row + p.row.weights_offset);
   unsigned dropped = 0, routes = 0;

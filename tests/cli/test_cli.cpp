@@ -748,6 +748,10 @@ TEST(Cli, RunEpArgumentErrors) {
   expect_usage_error("run --ep 1 --backend cpu", "--ep 1 runs on GPUs; it does not take --backend cpu");
   expect_usage_error("run --ep 1 --model /nonexistent --layer 0", "it does not take --model yet");
   expect_usage_error("run --ep 1 --preset qwen9", "--preset: unknown preset \"qwen9\"");
+  expect_usage_error("run --chunks 2", "--chunks needs --ep R");
+  expect_usage_error("run --rows fp8", "--rows needs --ep R");
+  expect_usage_error("run --ep 1 --chunks 9", "--chunks must be in [1, 8], got \"9\"");
+  expect_usage_error("run --ep 1 --rows int8", "--rows must be one of bf16, fp8, got \"int8\"");
   expect_usage_error("run --ep-child 0,1,0,00", "--ep-child is internal");
   expect_usage_error("run --ep 2 --ep-child 0,1,0,00", "--ep-child says 1 ranks but --ep says 2");
   expect_usage_error("run --ep 2 --ep-child 2,2,0,00", "--ep-child must be in [0, 1], got \"2\"");

@@ -87,13 +87,16 @@ EpForwardArgs ep_args(const Inputs& in, DeviceBuffer& y, int H, int k, EpCombine
 }
 
 std::vector<uint16_t> run_ep(const EpMoeLayer& layer, const Inputs& in, int H, int k,
-                             EpCombine combine, cudaStream_t stream, EpStats* stats = nullptr) {
+                             EpCombine combine, cudaStream_t stream, EpStats* stats = nullptr,
+                             bool fp8_rows = false) {
   DeviceBuffer y(std::max<size_t>(size_t(in.T) * H * 2, 16));
   y.fill(0xFF);  // NaN: every element must be written
   const size_t ws_bytes = layer.workspace_size(combine, ReductionMode::deterministic);
   DeviceBuffer ws(ws_bytes);
   ws.fill(0xFF);
-  layer.forward(ep_args(in, y, H, k, combine), ws.get(), ws_bytes, reinterpret_cast<Stream>(stream));
+  EpForwardArgs a = ep_args(in, y, H, k, combine);
+  a.fp8_rows = fp8_rows;
+  layer.forward(a, ws.get(), ws_bytes, reinterpret_cast<Stream>(stream));
   FMOE_CUDA(cudaStreamSynchronize(stream));
   if (stats) *stats = layer.stats(ws.get(), combine, ReductionMode::deterministic, reinterpret_cast<Stream>(stream));
   std::vector<uint16_t> out = y.to_host<uint16_t>();
@@ -136,15 +139,16 @@ std::vector<int32_t> with_bad_ids(std::vector<int32_t> ids, int T, int k, int E,
 }
 
 // EP (R = 1) vs MoeLayer, both combines, on `cfg` at T tokens with capacity `cap`.
+// fp8_rows: the rows travel quantized (the local layer reads them as they arrived): the same bits.
 void compare_one_rank(const EpCommunicator& comm, const MoeConfig& cfg, int T, int cap, float bad_rate,
-                      uint64_t seed) {
+                      uint64_t seed, bool fp8_rows = false) {
   LayerCase c;
   c.cfg = cfg;
   c.T = T;
   c.mode = ReductionMode::deterministic;
   c.route = LayerRoute::given;
-  const std::string ctx = c.describe() + strf(" cap=%d bad=%.2f seed %llu", cap, double(bad_rate),
-                                              (unsigned long long)seed);
+  const std::string ctx = c.describe() + strf(" cap=%d bad=%.2f fp8_rows=%d seed %llu", cap,
+                                              double(bad_rate), int(fp8_rows), (unsigned long long)seed);
   const LayerData d = make_layer_data(c, seed);
   const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
   MoeLayerWeights local = g.weights;
@@ -158,7 +162,7 @@ void compare_one_rank(const EpCommunicator& comm, const MoeConfig& cfg, int T, i
   for (EpCombine combine : {EpCombine::choice_order, EpCombine::rank_order}) {
     const std::string ctx2 = ctx + (combine == EpCombine::choice_order ? " choice_order" : " rank_order");
     EpStats st;
-    const std::vector<uint16_t> got = run_ep(ep, in, cfg.hidden, cfg.top_k, combine, nullptr, &st);
+    const std::vector<uint16_t> got = run_ep(ep, in, cfg.hidden, cfg.top_k, combine, nullptr, &st, fp8_rows);
     if (combine == EpCombine::rank_order && cfg.num_shared_experts > 0) {
       // The routes' sum is rounded to bf16 before the shared row is added: one rounding more
       // than MoeLayer's, so close rather than bitwise.
@@ -208,6 +212,7 @@ TEST(EpLayerGpu, OneRankEqualsMoeLayerBitwise) {
       // cap = T: the local layer runs on exactly T rows, as MoeLayer does.
       for (uint64_t seed : seeds_for(hash_ints({cfg.hidden, cfg.num_experts, int(cfg.weight_precision), T}))) {
         compare_one_rank(comm, cfg, T, T, 0.0f, seed);
+        if (cfg.activation_precision == Precision::fp8_block) compare_one_rank(comm, cfg, T, T, 0.0f, seed, true);
         if (testing::Test::HasFatalFailure()) return;
       }
     }
@@ -332,6 +337,9 @@ TEST(EpLayerGpu, RejectsBadArguments) {
   expect_error([&] { ep.forward(bad, ws.get(), ws_bytes, nullptr); }, "topk_ids");
   expect_error([&] { ep.forward(a, ws.get(), ws_bytes - 1, nullptr); }, "workspace");
   expect_error([&] { ep.forward(a, nullptr, ws_bytes, nullptr); }, "workspace is null");
+  EpForwardArgs f8 = a;  // a bf16 layer has no fp8 rows to send
+  f8.fp8_rows = true;
+  expect_error([&] { ep.forward(f8, ws.get(), ws_bytes, nullptr); }, "fp8_rows needs fp8_block");
 }
 
 // A small whole step for compute-sanitizer (scripts/gpu_check.sh): NCCL's own kernels run too.
@@ -388,7 +396,7 @@ MoeLayerWeights rank_weights(const MoeLayerWeights& w, int first, int count) {
 // exact: choice order bit for bit (else, as for rank order, by relative L2: the sanitizer cases,
 // which are there for memory errors, not for the bitwise claim).
 void compare_simulated_ranks(const MoeConfig& cfg, const std::vector<int>& T_of, int cap,
-                             float bad_rate, uint64_t seed, bool exact = true) {
+                             float bad_rate, uint64_t seed, bool exact = true, bool fp8_rows = false) {
   const int R = int(T_of.size()), H = cfg.hidden, k = cfg.top_k;
   int T = 0;
   for (int t : T_of) T += t;
@@ -436,6 +444,7 @@ void compare_simulated_ranks(const MoeConfig& cfg, const std::vector<int>& T_of,
       a.y = TensorRef::contiguous(y.back().get(), DType::bf16, {Tr, H}, Device::cuda);
       a.combine = combine;
       a.mode = ReductionMode::deterministic;
+      a.fp8_rows = fp8_rows;
       args.push_back(a);
       ex.push_back(detail::ep_check_forward(*layers[size_t(r)], a, ws.back().get(), ws_bytes));
       t0 += Tr;
@@ -518,6 +527,8 @@ TEST(EpLayerGpu, SimulatedRanksEqualMoeLayer) {
     ASSERT_GT(double(total) * c.cfg.top_k / c.cfg.num_experts, 40.0) << "a prefill case";
     for (uint64_t seed : seeds_for(hash_ints({c.cfg.hidden, c.cfg.num_experts, int(c.T_of.size()), max_t}))) {
       compare_simulated_ranks(c.cfg, c.T_of, max_t, 0.0f, seed);
+      if (c.cfg.activation_precision == Precision::fp8_block)
+        compare_simulated_ranks(c.cfg, c.T_of, max_t, 0.0f, seed, true, true);
       compare_simulated_ranks(c.cfg, c.T_of, max_t + 5, 0.25f, seed);
       if (testing::Test::HasFatalFailure()) return;
     }
