@@ -226,6 +226,8 @@ class MoeLayer:
         validate_routing: bool = True,
         workspace: Any = None,
         stream: Optional[int] = None,
+        x_fp8: Any = None,
+        x_fp8_scales: Any = None,
     ) -> Any:
         """y = the layer on ``x`` [T, H] bf16 with ``router_logits`` [T, E] f32, or with the
         routing given as ``topk_ids`` [T, top_k] int32 and ``topk_weights`` [T, top_k] f32
@@ -237,15 +239,21 @@ class MoeLayer:
         cudaStream_t as an int) with no host synchronization, so it can be captured in
         ``torch.cuda.graph``. The workspace is the layer's own for ``mode``, allocated once and
         grown on demand outside capture (see :meth:`reserve`), or ``workspace``, a CUDA tensor
-        of at least ``workspace_size(T, mode)`` bytes."""
+        of at least ``workspace_size(T, mode)`` bytes.
+
+        FP8 layers also take the activations already quantized, ``x_fp8`` [T, H]
+        ``torch.float8_e4m3fn`` (or uint8 codes) with ``x_fp8_scales`` [T, ceil(H/128)] f32 (e.g.
+        :func:`rmsnorm_quant`'s fp8 output): the layer's own quantization is skipped, and ``x``
+        may be None (it is still read by Qwen's shared-expert gate)."""
         m = _MODES.get(mode) if isinstance(mode, str) else mode
         if m is None:
             m = _mode(mode)
-        shape = x.shape
+        shape = (x if x is not None else x_fp8).shape
         tokens = shape[0] if len(shape) > 0 else 0
         if out is None:
             torch = _require_torch("MoeLayer: allocating out")
-            device = x.device if isinstance(x, torch.Tensor) else torch.device("cuda", self._device)
+            lead = x if x is not None else x_fp8
+            device = lead.device if isinstance(lead, torch.Tensor) else torch.device("cuda", self._device)
             out = torch.empty((tokens, self._hidden), dtype=torch.bfloat16, device=device)
         ws = self._workspace(tokens, m) if workspace is None else workspace
         if stream is None:
@@ -253,7 +261,7 @@ class MoeLayer:
             stream = torch.cuda.current_stream(self._device).cuda_stream if torch is not None else 0
         self._impl.forward(
             arg(x), arg(router_logits), arg(out), arg(ws), stream, m, arg(topk_ids),
-            arg(topk_weights), validate_routing,
+            arg(topk_weights), validate_routing, arg(x_fp8), arg(x_fp8_scales),
         )
         return out
 

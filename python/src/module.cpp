@@ -417,9 +417,12 @@ class PyLayer {
   /// The forward arguments, converted (and checked to be CUDA tensors).
   MoeForwardArgs args(nb::handle x, nb::handle router_logits, nb::handle y,
                       nb::handle topk_ids, nb::handle topk_weights, ReductionMode mode,
-                      bool validate_routing, Keep& keep) const {
+                      bool validate_routing, Keep& keep, nb::handle x_fp8 = nb::none(),
+                      nb::handle x_fp8_scales = nb::none()) const {
     MoeForwardArgs a;
     a.x = tensor_arg(Spec{kLayerOp, "x", DType::bf16}, x, keep);
+    a.x_fp8 = tensor_arg(Spec{kLayerOp, "x_fp8", DType::e4m3, ByteAs::e4m3}, x_fp8, keep);
+    a.x_fp8_scales = tensor_arg(Spec{kLayerOp, "x_fp8_scales", DType::f32}, x_fp8_scales, keep);
     a.y = tensor_arg(Spec{kLayerOp, "y", DType::bf16, ByteAs::none, Place::cuda, true}, y, keep);
     a.routing_given = !topk_ids.is_none() || !topk_weights.is_none();
     if (a.routing_given) {
@@ -434,7 +437,8 @@ class PyLayer {
                    "%s: router_logits is missing (or give topk_ids and topk_weights)", kLayerOp);
       a.router_logits = tensor_arg(Spec{kLayerOp, "router_logits", DType::f32}, router_logits, keep);
     }
-    FMOE_REQUIRE(a.x.data != nullptr || a.x.numel() == 0, "%s: x is missing", kLayerOp);
+    FMOE_REQUIRE(a.x.data != nullptr || a.x.numel() == 0 || a.x_fp8.data != nullptr,
+                 "%s: x is missing (or give x_fp8 and x_fp8_scales)", kLayerOp);
     FMOE_REQUIRE(a.y.data != nullptr || a.y.numel() == 0, "%s: y is missing", kLayerOp);
     a.mode = mode;
     a.validate_routing = validate_routing;
@@ -443,10 +447,10 @@ class PyLayer {
 
   void forward(nb::handle x, nb::handle router_logits, nb::handle y, nb::handle workspace,
                uintptr_t stream, ReductionMode mode, nb::handle topk_ids, nb::handle topk_weights,
-               bool validate_routing) const {
+               bool validate_routing, nb::handle x_fp8, nb::handle x_fp8_scales) const {
     Keep keep;
-    const MoeForwardArgs a =
-        args(x, router_logits, y, topk_ids, topk_weights, mode, validate_routing, keep);
+    const MoeForwardArgs a = args(x, router_logits, y, topk_ids, topk_weights, mode,
+                                  validate_routing, keep, x_fp8, x_fp8_scales);
     size_t bytes = 0;
     const TensorRef ws = workspace_arg(kLayerOp, workspace, keep, bytes);
 #if defined(FMOE_HAS_CUDA)
@@ -1052,7 +1056,7 @@ NB_MODULE(_fusedmoe, m) {
       .def("workspace_size", &PyLayer::workspace_size, "max_tokens"_a, "mode"_a)
       .def("forward", &PyLayer::forward, "x"_a.none(), "router_logits"_a.none(), "y"_a.none(),
            "workspace"_a.none(), "stream"_a, "mode"_a, "topk_ids"_a.none(), "topk_weights"_a.none(),
-           "validate_routing"_a)
+           "validate_routing"_a, "x_fp8"_a.none(), "x_fp8_scales"_a.none())
       .def("dropped_routes", &PyLayer::dropped_routes, "workspace"_a.none(), "stream"_a)
       .def("host_ns_per_forward", &PyLayer::host_ns_per_forward, "x"_a, "router_logits"_a, "y"_a,
            "workspace"_a, "stream"_a, "mode"_a, "iters"_a);

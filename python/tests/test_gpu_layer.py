@@ -103,6 +103,25 @@ def test_routing_given(name):
     assert layer.dropped_routes() == 0
 
 
+@pytest.mark.parametrize("name", ["deepseek-v3", "qwen3.5-35b-a3b"])
+def test_prequantized_fp8_rows_give_the_same_bits(name):
+    # The library's activation quantizer on the host, passed as x_fp8 / x_fp8_scales: the layer
+    # skips its own quantization and gives the bits it gives from x (deterministic mode).
+    cfg = torch_ref.scaled(name, 256, 128, 32)
+    layer, _ = build(cfg)
+    x, logits = inputs(cfg, 41, seed=11)
+    q, s = fusedmoe.quantize_fp8_per_token(x.float().cpu().numpy(), 128)
+    x_fp8 = torch.from_numpy(q).to("cuda").view(torch.float8_e4m3fn)
+    x_scales = torch.from_numpy(s).to("cuda")
+    want = layer(x, logits, mode="deterministic")
+    assert torch.equal(layer(x, logits, mode="deterministic", x_fp8=x_fp8, x_fp8_scales=x_scales), want)
+    if not cfg.shared_expert_gate:
+        assert torch.equal(layer(None, logits, mode="deterministic", x_fp8=x_fp8, x_fp8_scales=x_scales), want)
+    else:  # Qwen's shared gate reads x
+        with pytest.raises(fusedmoe.Error, match="give x too"):
+            layer(None, logits, mode="deterministic", x_fp8=x_fp8, x_fp8_scales=x_scales)
+
+
 def test_out_workspace_and_stream_arguments():
     cfg = torch_ref.scaled("qwen3-30b-a3b", 256, 128, 16)
     layer, d = build(cfg)
