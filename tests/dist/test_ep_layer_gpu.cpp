@@ -348,6 +348,7 @@ TEST(EpLayerSanitizerNccl, OneRankSmall) {
   const EpCommunicator comm = EpCommunicator::single_rank();
   const MoeConfig cfg = routed_only("qwen3-30b-a3b", 256, 128, 16, Precision::fp8_block);
   compare_one_rank(comm, cfg, 5, 5, 0.2f, 5);  // cap = T: the bitwise claim holds as tested above
+  compare_one_rank(comm, cfg, 5, 5, 0.2f, 6, /*fp8_rows=*/true);  // quantize in the pack, split in the receive
   // Shared experts on the side stream: its fork / join around NCCL's calls.
   const MoeConfig shared = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 16, Precision::fp8_block);
   compare_one_rank(comm, shared, 5, 5, 0.2f, 7);
