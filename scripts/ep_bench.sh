@@ -43,9 +43,13 @@ for R in $RANKS; do
     for T in 128 8192; do
       row() { grep -E "^$1 +deepseek-v3 fp8_block R=$R rank 0 +$T " "$base.txt" | head -1; }
       med() { row "$1" | awk '{print $9}'; }  # op, 5 words of shape, T, config, median
+      # Routes each rank's local layer ran (the load balance): max / mean over the ranks.
+      balance=$(grep -E "^ep_layer +deepseek-v3 fp8_block R=$R rank [0-9]+ +$T " "$base.txt" |
+                grep -Eo '[0-9]+ routes received' | awk '{s += $1; if ($1 > m) m = $1; n++}
+                END {if (n) printf "routes per rank max %d, mean %.0f (%.2fx)", m, s / n, m * n / s}')
       echo "[ep_bench] R=$R routing=$routing T=$T: step $(med ep_layer) us, single-GPU $(med ep_layer.single) us," \
            "dispatch $(med ep_layer.dispatch), local $(med ep_layer.local), combine $(med ep_layer.combine)," \
-           "chunked $(med ep_layer.chunked) us; $(row ep_layer | grep -Eo 'dispatch \+ combine at [0-9]+%[^;]*; the single-GPU layer is [0-9]+%')"
+           "chunked $(med ep_layer.chunked) us; $(row ep_layer | grep -Eo 'dispatch \+ combine at [0-9]+%[^;]*; the single-GPU layer is [0-9]+%'); $balance"
     done
   done
 done
