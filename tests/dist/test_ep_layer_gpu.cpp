@@ -138,6 +138,33 @@ std::vector<int32_t> with_bad_ids(std::vector<int32_t> ids, int T, int k, int E,
   return ids;
 }
 
+// One rank over `comm`: the layer of `cfg` drawn from `seed` (whole, for MoeLayer; its EP layer
+// with max_tokens_per_rank `cap`), T tokens routed as given with bad ids mixed in at `bad_rate`,
+// and MoeLayer's deterministic y on them.
+struct OneRank {
+  LayerData d;
+  cli::GpuLayer g;
+  std::unique_ptr<EpMoeLayer> ep;
+  std::vector<int32_t> ids;
+  Inputs in;
+  std::vector<uint16_t> want;
+  OneRank(const EpCommunicator& comm, const MoeConfig& cfg, int T, int cap, uint64_t seed,
+          float bad_rate = 0.0f) {
+    LayerCase c;
+    c.cfg = cfg;
+    c.T = T;
+    c.route = LayerRoute::given;
+    d = make_layer_data(c, seed);
+    g = cli::make_gpu_layer(d.lw, nullptr);
+    MoeLayerWeights local = g.weights;
+    local.routing_bias = {};  // the EP layer takes the caller's routing
+    ep = std::make_unique<EpMoeLayer>(cfg, local, comm, cap);
+    ids = with_bad_ids(d.given.ids, T, cfg.top_k, cfg.num_experts, seed, bad_rate);
+    in = upload(d, ids, T);
+    want = run_single(*g.layer, in, cfg.hidden, cfg.top_k, nullptr);
+  }
+};
+
 // EP (R = 1) vs MoeLayer, both combines, on `cfg` at T tokens with capacity `cap`.
 // fp8_rows: the rows travel quantized (the local layer reads them as they arrived): the same bits.
 void compare_one_rank(const EpCommunicator& comm, const MoeConfig& cfg, int T, int cap, float bad_rate,
@@ -149,16 +176,13 @@ void compare_one_rank(const EpCommunicator& comm, const MoeConfig& cfg, int T, i
   c.route = LayerRoute::given;
   const std::string ctx = c.describe() + strf(" cap=%d bad=%.2f fp8_rows=%d seed %llu", cap,
                                               double(bad_rate), int(fp8_rows), (unsigned long long)seed);
-  const LayerData d = make_layer_data(c, seed);
-  const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
-  MoeLayerWeights local = g.weights;
-  local.routing_bias = {};  // the EP layer takes the caller's routing
-  const EpMoeLayer ep(cfg, local, comm, cap);
+  const OneRank one(comm, cfg, T, cap, seed, bad_rate);
+  const EpMoeLayer& ep = *one.ep;
+  const std::vector<int32_t>& ids = one.ids;
+  const Inputs& in = one.in;
   ASSERT_EQ(ep.first_expert(), 0) << ctx;
   ASSERT_EQ(ep.num_local_experts(), cfg.num_experts) << ctx;
-  const std::vector<int32_t> ids = with_bad_ids(d.given.ids, T, cfg.top_k, cfg.num_experts, seed, bad_rate);
-  const Inputs in = upload(d, ids, T);
-  const std::vector<uint16_t> want = run_single(*g.layer, in, cfg.hidden, cfg.top_k, nullptr);
+  const std::vector<uint16_t>& want = one.want;
   for (EpCombine combine : {EpCombine::choice_order, EpCombine::rank_order}) {
     const std::string ctx2 = ctx + (combine == EpCombine::choice_order ? " choice_order" : " rank_order");
     EpStats st;
@@ -255,21 +279,15 @@ TEST(EpLayerGpu, GraphReplayEqualsEager) {
   FMOE_SKIP_WITHOUT_GPU();
   const EpCommunicator comm = EpCommunicator::single_rank();
   const MoeConfig cfg = routed_only("qwen3-30b-a3b", 256, 128, 16, Precision::fp8_block);
-  LayerCase c;
-  c.cfg = cfg;
-  c.T = 24;
-  c.route = LayerRoute::given;
-  const LayerData d = make_layer_data(c, 99);
-  const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
-  MoeLayerWeights local = g.weights;
-  local.routing_bias = {};
-  const EpMoeLayer ep(cfg, local, comm, 32);
-  const Inputs in = upload(d, d.given.ids, c.T);
+  const int T = 24;
+  const OneRank one(comm, cfg, T, 32, 99);
+  const EpMoeLayer& ep = *one.ep;
+  const Inputs& in = one.in;
   cudaStream_t stream;
   FMOE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const std::vector<uint16_t> eager = run_ep(ep, in, cfg.hidden, cfg.top_k, EpCombine::choice_order, stream);
 
-  DeviceBuffer y(size_t(c.T) * cfg.hidden * 2);
+  DeviceBuffer y(size_t(T) * cfg.hidden * 2);
   y.fill(0xFF);
   const size_t ws_bytes = ep.workspace_size(EpCombine::choice_order, ReductionMode::deterministic);
   DeviceBuffer ws(ws_bytes);
@@ -353,26 +371,18 @@ TEST(EpLayerSanitizerNccl, OneRankSmall) {
   const MoeConfig shared = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 16, Precision::fp8_block);
   compare_one_rank(comm, shared, 5, 5, 0.2f, 7);
   // Three pipelined chunks (the communication stream), the last one short.
-  LayerCase c;
-  c.cfg = shared;
-  c.T = 7;
-  c.route = LayerRoute::given;
-  const LayerData d = make_layer_data(c, 9);
-  const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
-  MoeLayerWeights local = g.weights;
-  local.routing_bias = {};
-  const EpMoeLayer ep(shared, local, comm, 9);
-  const Inputs in = upload(d, d.given.ids, c.T);
-  const std::vector<uint16_t> want = run_single(*g.layer, in, shared.hidden, shared.top_k, nullptr);
-  DeviceBuffer y(size_t(c.T) * shared.hidden * 2),
+  const int T = 7;
+  const OneRank one(comm, shared, T, 9, 9);
+  const EpMoeLayer& ep = *one.ep;
+  DeviceBuffer y(size_t(T) * shared.hidden * 2),
       ws(ep.workspace_size(EpCombine::choice_order, ReductionMode::deterministic, 3));
   y.fill(0xFF);
   ws.fill(0xFF);  // poisoned, as in the other cases (NCCL also sends the chunks' unused rows)
-  EpForwardArgs a = ep_args(in, y, shared.hidden, shared.top_k, EpCombine::choice_order);
+  EpForwardArgs a = ep_args(one.in, y, shared.hidden, shared.top_k, EpCombine::choice_order);
   a.chunks = 3;
   ep.forward(a, ws.get(), ws.bytes(), nullptr);
   FMOE_CUDA(cudaDeviceSynchronize());
-  expect_rel_l2(y.to_host<uint16_t>(), want, 1e-2, "sanitizer case, 3 chunks");
+  expect_rel_l2(y.to_host<uint16_t>(), one.want, 1e-2, "sanitizer case, 3 chunks");
 }
 
 namespace {
@@ -584,17 +594,11 @@ TEST(EpLayerGpu, SharedExpertsOverlapEqualsSerialAndReplays) {
   FMOE_SKIP_WITHOUT_GPU();
   const EpCommunicator comm = EpCommunicator::single_rank();
   const MoeConfig cfg = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 16, Precision::fp8_block);
-  LayerCase c;
-  c.cfg = cfg;
-  c.T = 37;
-  c.route = LayerRoute::given;
-  const LayerData d = make_layer_data(c, 71);
-  const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
-  MoeLayerWeights local = g.weights;
-  local.routing_bias = {};
-  const EpMoeLayer ep(cfg, local, comm, 40);
-  const Inputs in = upload(d, d.given.ids, c.T);
-  const std::vector<uint16_t> want = run_single(*g.layer, in, cfg.hidden, cfg.top_k, nullptr);
+  const int T = 37;
+  const OneRank one(comm, cfg, T, 40, 71);
+  const EpMoeLayer& ep = *one.ep;
+  const Inputs& in = one.in;
+  const std::vector<uint16_t>& want = one.want;
   cudaStream_t stream;
   FMOE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   for (EpCombine combine : {EpCombine::choice_order, EpCombine::rank_order}) {
@@ -603,7 +607,7 @@ TEST(EpLayerGpu, SharedExpertsOverlapEqualsSerialAndReplays) {
     for (bool overlap : {true, false}) {
       const std::string ctx = strf("%s overlap_shared=%d",
                                    combine == EpCombine::choice_order ? "choice" : "rank", int(overlap));
-      DeviceBuffer y(size_t(c.T) * cfg.hidden * 2), ws(ws_bytes);
+      DeviceBuffer y(size_t(T) * cfg.hidden * 2), ws(ws_bytes);
       y.fill(0xFF);
       ws.fill(0xFF);
       EpForwardArgs a = ep_args(in, y, cfg.hidden, cfg.top_k, combine);
@@ -650,24 +654,16 @@ TEST(EpLayerGpu, OneRankChunkedPipeline) {
   for (const MoeConfig& cfg : cfgs) {
     const int H = cfg.hidden, k = cfg.top_k;
     for (auto [T, cap] : {std::pair{300, 300}, std::pair{37, 40}}) {
-      LayerCase c;
-      c.cfg = cfg;
-      c.T = T;
-      c.route = LayerRoute::given;
-      const LayerData d = make_layer_data(c, uint64_t(T) * 7 + 1);
-      const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
-      MoeLayerWeights local = g.weights;
-      local.routing_bias = {};
-      const EpMoeLayer ep(cfg, local, comm, cap);
-      const std::vector<int32_t> ids = with_bad_ids(d.given.ids, T, k, cfg.num_experts, 5, 0.1f);
-      const Inputs in = upload(d, ids, T);
-      const std::vector<uint16_t> want = run_single(*g.layer, in, H, k, nullptr);
+      const OneRank one(comm, cfg, T, cap, uint64_t(T) * 7 + 1, 0.1f);
+      const EpMoeLayer& ep = *one.ep;
+      const Inputs& in = one.in;
+      const std::vector<uint16_t>& want = one.want;
       for (EpCombine combine : {EpCombine::choice_order, EpCombine::rank_order}) {
         EpStats whole;
         run_ep(ep, in, H, k, combine, stream, &whole);
         for (int chunks : {2, 3, 8}) {
-          const std::string ctx = c.describe() + strf(" cap=%d chunks=%d %s", cap, chunks,
-                                                      combine == EpCombine::choice_order ? "choice" : "rank");
+          const std::string ctx = cfg.summary() + strf(" T=%d cap=%d chunks=%d %s", T, cap, chunks,
+                                                       combine == EpCombine::choice_order ? "choice" : "rank");
           const size_t ws_bytes = ep.workspace_size(combine, ReductionMode::deterministic, chunks);
           DeviceBuffer y(size_t(T) * H * 2), ws(ws_bytes);
           y.fill(0xFF);
