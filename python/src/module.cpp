@@ -437,7 +437,7 @@ class PyLayer {
                    "%s: router_logits is missing (or give topk_ids and topk_weights)", kLayerOp);
       a.router_logits = tensor_arg(Spec{kLayerOp, "router_logits", DType::f32}, router_logits, keep);
     }
-    FMOE_REQUIRE(a.x.data != nullptr || a.x.numel() == 0 || a.x_fp8.data != nullptr,
+    FMOE_REQUIRE(a.x.data != nullptr || a.x.numel() == 0 || a.x_fp8.ndim > 0,
                  "%s: x is missing (or give x_fp8 and x_fp8_scales)", kLayerOp);
     FMOE_REQUIRE(a.y.data != nullptr || a.y.numel() == 0, "%s: y is missing", kLayerOp);
     a.mode = mode;

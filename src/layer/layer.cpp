@@ -650,9 +650,10 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
                              size_t workspace_bytes, cudaStream_t stream) {
   LayerPlan plan;
   const MoeConfig& cfg = L.cfg;
-  // Pre-quantized rows (x_fp8): x itself may then be absent; T comes from whichever is given.
-  const bool pre = a.x_fp8.data != nullptr;
-  const bool has_x = !pre || a.x.data != nullptr;
+  // Pre-quantized rows (x_fp8): x itself may then be absent; T comes from whichever is given
+  // (given: a tensor with dimensions, even an empty one).
+  const bool pre = a.x_fp8.ndim > 0;
+  const bool has_x = !pre || a.x.ndim > 0;
   const TensorRef& tx = has_x ? a.x : a.x_fp8;
   const char* tx_name = has_x ? "x" : "x_fp8";
   FMOE_REQUIRE(tx.ndim == 2, "%s: %s must be [T, H=%d] %s, got %s", kOp, tx_name, L.H,
@@ -673,19 +674,21 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
     FMOE_REQUIRE(!L.on_input, "%s: x_fp8 cannot be used with %s routing: the weight goes on the "
                  "input, so the rows are bf16(x * w), quantized after the routing", kOp,
                  routing_fn_name(cfg.routing.fn));
-    FMOE_REQUIRE(has_x || L.shared_gate.get<__nv_bfloat16>() == nullptr, "%s: x_fp8 was given without x, but the "
-                 "shared expert's gate (shared_expert_gate) reads x: give x too", kOp);
+    FMOE_REQUIRE(has_x || L.shared_gate.get<__nv_bfloat16>() == nullptr,
+                 "%s: x_fp8 was given without x, but the shared expert's gate "
+                 "(shared_expert_gate) reads x: give x too", kOp);
     check_dtype(kOp, "x_fp8", a.x_fp8, DType::e4m3);
     check_shape(kOp, "x_fp8", a.x_fp8, {T, H});
     check_unit_inner_stride(kOp, "x_fp8", a.x_fp8);
     check_aligned(kOp, "x_fp8", a.x_fp8, 16);
+    check_data(kOp, "x_fp8", a.x_fp8);
     check_dtype(kOp, "x_fp8_scales", a.x_fp8_scales, DType::f32);
     check_shape(kOp, "x_fp8_scales", a.x_fp8_scales, {T, cdiv(H, 128)});
     check_unit_inner_stride(kOp, "x_fp8_scales", a.x_fp8_scales);
     check_aligned(kOp, "x_fp8_scales", a.x_fp8_scales, 4);
     check_data(kOp, "x_fp8_scales", a.x_fp8_scales);
   } else {
-    FMOE_REQUIRE(a.x_fp8_scales.data == nullptr, "%s: x_fp8_scales was given without x_fp8", kOp);
+    FMOE_REQUIRE(a.x_fp8_scales.ndim == 0, "%s: x_fp8_scales was given without x_fp8", kOp);
   }
   check_dtype(kOp, "y", a.y, DType::bf16);
   check_shape(kOp, "y", a.y, {T, H});
