@@ -64,4 +64,13 @@ void check_data(const char* op, const char* name, const TensorRef& t) {
   FMOE_REQUIRE(t.data != nullptr || t.numel() == 0, "%s: %s has a null data pointer", op, name);
 }
 
+void check_rows(const char* op, const char* name, const TensorRef& t, DType dtype, int64_t rows,
+                int64_t cols, int align) {
+  check_dtype(op, name, t, dtype);
+  check_shape(op, name, t, {rows, cols});
+  check_unit_inner_stride(op, name, t);
+  check_aligned(op, name, t, align);
+  check_data(op, name, t);
+}
+
 }  // namespace fusedmoe::detail

@@ -24,5 +24,9 @@ void check_unit_inner_stride(const char* op, const char* name, const TensorRef& 
 void check_aligned(const char* op, const char* name, const TensorRef& t, int bytes);
 /// Non-null data unless the tensor is empty.
 void check_data(const char* op, const char* name, const TensorRef& t);
+/// A matrix of rows [rows, cols] of `dtype`: unit column stride, `align`-byte aligned start and
+/// row stride, data present (the five checks above, in that order).
+void check_rows(const char* op, const char* name, const TensorRef& t, DType dtype, int64_t rows,
+                int64_t cols, int align);
 
 }  // namespace fusedmoe::detail

@@ -228,11 +228,7 @@ TensorRef one_expert(TensorRef t, bool matrix) {
 
 void check_bf16_rows(const char* name, const TensorRef& t, int T, int H, int device) {
   using namespace detail;
-  check_dtype(kOp, name, t, DType::bf16);
-  check_shape(kOp, name, t, {T, H});
-  check_unit_inner_stride(kOp, name, t);
-  check_aligned(kOp, name, t, 16);  // rows move as 16-byte vectors
-  check_data(kOp, name, t);
+  check_rows(kOp, name, t, DType::bf16, T, H, 16);  // rows move as 16-byte vectors
   check_on_device(kOp, name, t);
   check_same_device(kOp, name, t, device);
 }

@@ -661,13 +661,7 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   const int T = int(tx.shape[0]), H = L.H, E = L.E, k = L.k;
   FMOE_REQUIRE(tx.shape[0] >= 0 && tx.shape[0] < (int64_t(1) << 31), "%s: %s has %lld rows", kOp,
                tx_name, (long long)tx.shape[0]);
-  if (has_x) {
-    check_dtype(kOp, "x", a.x, DType::bf16);
-    check_shape(kOp, "x", a.x, {T, H});
-    check_unit_inner_stride(kOp, "x", a.x);
-    check_aligned(kOp, "x", a.x, 16);
-    check_data(kOp, "x", a.x);
-  }
+  if (has_x) check_rows(kOp, "x", a.x, DType::bf16, T, H, 16);
   if (pre) {
     FMOE_REQUIRE(L.fp8, "%s: x_fp8 was given, but this layer's activations are %s, not fp8_block "
                  "(it quantizes nothing)", kOp, precision_name(cfg.activation_precision));
@@ -677,24 +671,12 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
     FMOE_REQUIRE(has_x || L.shared_gate.get<__nv_bfloat16>() == nullptr,
                  "%s: x_fp8 was given without x, but the shared expert's gate "
                  "(shared_expert_gate) reads x: give x too", kOp);
-    check_dtype(kOp, "x_fp8", a.x_fp8, DType::e4m3);
-    check_shape(kOp, "x_fp8", a.x_fp8, {T, H});
-    check_unit_inner_stride(kOp, "x_fp8", a.x_fp8);
-    check_aligned(kOp, "x_fp8", a.x_fp8, 16);
-    check_data(kOp, "x_fp8", a.x_fp8);
-    check_dtype(kOp, "x_fp8_scales", a.x_fp8_scales, DType::f32);
-    check_shape(kOp, "x_fp8_scales", a.x_fp8_scales, {T, cdiv(H, 128)});
-    check_unit_inner_stride(kOp, "x_fp8_scales", a.x_fp8_scales);
-    check_aligned(kOp, "x_fp8_scales", a.x_fp8_scales, 4);
-    check_data(kOp, "x_fp8_scales", a.x_fp8_scales);
+    check_rows(kOp, "x_fp8", a.x_fp8, DType::e4m3, T, H, 16);
+    check_rows(kOp, "x_fp8_scales", a.x_fp8_scales, DType::f32, T, cdiv(H, 128), 4);
   } else {
     FMOE_REQUIRE(a.x_fp8_scales.ndim == 0, "%s: x_fp8_scales was given without x_fp8", kOp);
   }
-  check_dtype(kOp, "y", a.y, DType::bf16);
-  check_shape(kOp, "y", a.y, {T, H});
-  check_unit_inner_stride(kOp, "y", a.y);
-  check_aligned(kOp, "y", a.y, 16);
-  check_data(kOp, "y", a.y);
+  check_rows(kOp, "y", a.y, DType::bf16, T, H, 16);
   std::vector<std::pair<const char*, const TensorRef*>> on_gpu = {{"y", &a.y}};
   if (has_x) on_gpu.push_back({"x", &a.x});
   if (pre) {

@@ -104,6 +104,22 @@ std::vector<uint16_t> run_ep(const EpMoeLayer& layer, const Inputs& in, int H, i
   return out;
 }
 
+// The step captured in a CUDA graph on `stream` (NCCL's calls and the layer's forks and joins
+// included) and replayed `reps` times; synchronizes.
+void replay_forward(const EpMoeLayer& ep, const EpForwardArgs& a, void* ws, size_t ws_bytes,
+                    cudaStream_t stream, int reps) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  FMOE_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  ep.forward(a, ws, ws_bytes, reinterpret_cast<Stream>(stream));
+  FMOE_CUDA(cudaStreamEndCapture(stream, &graph));
+  FMOE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int rep = 0; rep < reps; ++rep) FMOE_CUDA(cudaGraphLaunch(exec, stream));
+  FMOE_CUDA(cudaStreamSynchronize(stream));
+  FMOE_CUDA(cudaGraphExecDestroy(exec));
+  FMOE_CUDA(cudaGraphDestroy(graph));
+}
+
 void expect_bitwise(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want, int H,
                     const std::string& ctx) {
   ASSERT_EQ(got.size(), want.size()) << ctx;
@@ -293,17 +309,8 @@ TEST(EpLayerGpu, GraphReplayEqualsEager) {
   DeviceBuffer ws(ws_bytes);
   ws.fill(0xFF);
   const EpForwardArgs a = ep_args(in, y, cfg.hidden, cfg.top_k, EpCombine::choice_order);
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  FMOE_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  ep.forward(a, ws.get(), ws_bytes, reinterpret_cast<Stream>(stream));
-  FMOE_CUDA(cudaStreamEndCapture(stream, &graph));
-  FMOE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  for (int rep = 0; rep < 3; ++rep) FMOE_CUDA(cudaGraphLaunch(exec, stream));
-  FMOE_CUDA(cudaStreamSynchronize(stream));
+  replay_forward(ep, a, ws.get(), ws_bytes, stream, 3);
   expect_bitwise(y.to_host<uint16_t>(), eager, cfg.hidden, "graph replay");
-  FMOE_CUDA(cudaGraphExecDestroy(exec));
-  FMOE_CUDA(cudaGraphDestroy(graph));
   FMOE_CUDA(cudaStreamDestroy(stream));
 }
 
@@ -621,17 +628,8 @@ TEST(EpLayerGpu, SharedExpertsOverlapEqualsSerialAndReplays) {
       else expect_bitwise(eager, first, cfg.hidden, ctx + " vs overlap_shared=1");
       // Replays of the captured step, y poisoned first.
       y.fill(0xFF);
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      FMOE_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-      ep.forward(a, ws.get(), ws_bytes, reinterpret_cast<Stream>(stream));
-      FMOE_CUDA(cudaStreamEndCapture(stream, &graph));
-      FMOE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-      for (int rep = 0; rep < 3; ++rep) FMOE_CUDA(cudaGraphLaunch(exec, stream));
-      FMOE_CUDA(cudaStreamSynchronize(stream));
+      replay_forward(ep, a, ws.get(), ws_bytes, stream, 3);
       expect_bitwise(y.to_host<uint16_t>(), eager, cfg.hidden, ctx + " graph replay");
-      FMOE_CUDA(cudaGraphExecDestroy(exec));
-      FMOE_CUDA(cudaGraphDestroy(graph));
       if (testing::Test::HasFatalFailure()) break;
     }
   }
@@ -689,17 +687,8 @@ TEST(EpLayerGpu, OneRankChunkedPipeline) {
           expect_bitwise(y.to_host<uint16_t>(), got, H, ctx + " local_sms=24");
           // Captured (the communication stream forks and joins inside the capture) and replayed.
           y.fill(0xFF);
-          cudaGraph_t graph;
-          cudaGraphExec_t exec;
-          FMOE_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-          ep.forward(a, ws.get(), ws_bytes, reinterpret_cast<Stream>(stream));
-          FMOE_CUDA(cudaStreamEndCapture(stream, &graph));
-          FMOE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-          for (int rep = 0; rep < 2; ++rep) FMOE_CUDA(cudaGraphLaunch(exec, stream));
-          FMOE_CUDA(cudaStreamSynchronize(stream));
+          replay_forward(ep, a, ws.get(), ws_bytes, stream, 2);
           expect_bitwise(y.to_host<uint16_t>(), got, H, ctx + " graph replay");
-          FMOE_CUDA(cudaGraphExecDestroy(exec));
-          FMOE_CUDA(cudaGraphDestroy(graph));
           if (testing::Test::HasFatalFailure()) break;
         }
       }
