@@ -7,33 +7,29 @@
 // R > 1 on one GPU: R layers, each with its slice of the experts, run the steps of a forward
 // (src/dist/ep_layer_steps.hpp) with copies between their buffers in place of NCCL (which cannot put two
 // ranks on one GPU); choice order must equal MoeLayer on all tokens bit for bit. The NCCL runs
-// with R > 1 need a multi-GPU machine (docs/status.md, issue 13).
+// with R > 1 need a multi-GPU machine: EpLayerMultiGpu starts this binary again as one rank
+// process per GPU (the launcher of `fusedmoe run --ep`), and skips with one GPU.
 #include <cuda_runtime_api.h>
 
 #include <nccl.h>
 
-#include <barrier>
 #include <cmath>
 #include <cstdlib>
 #include <exception>
-#include <thread>
+#include <fstream>
+#include <iterator>
 
 #include "common/device_buffer.hpp"
 #include "dist/ep_layer_steps.hpp"
 #include "dist/ep_plan.hpp"
 #include "fusedmoe/ep_layer.hpp"
 #include "tests/layer/layer_test_util.hpp"
+#include "tools/ep_launch.hpp"
 
 using namespace fusedmoe;
 using namespace fusedmoe::test;
 
 namespace {
-
-// Every module loaded when CUDA starts (before main, so before any CUDA call): in the one-process
-// multi-GPU case, NCCL's kernels on one GPU spin until the peers' arrive, and a lazy module load
-// on a rank's thread may wait for the device (CUDA's lazy-loading hazard for kernels that wait on
-// each other), so a rank's first launch of a kernel could wait on a peer that waits on it.
-[[maybe_unused]] const bool kEagerModules = [] { return setenv("CUDA_MODULE_LOADING", "EAGER", 0) == 0; }();
 
 // A preset shrunk to test size without its shared experts (the routed path alone).
 MoeConfig routed_only(const char* preset, int H, int I, int E, Precision p) {
@@ -778,130 +774,131 @@ TEST(EpLayerSanitizer, SimulatedThreeRanks) {
 
 namespace {
 
-// R = the GPUs of this machine, one thread each, over a real NCCL communicator (ncclCommInitAll
-// here, borrowed by each rank): the NCCL transport between GPUs, which one GPU cannot test.
-// choice_order must equal MoeLayer (on GPU 0, all tokens) bit for bit; the tokens per rank keep
-// both sides on BLOCK_T = 128 (see SimulatedRanksEqualMoeLayer).
-void compare_nccl_ranks(int R, const MoeConfig& cfg, int tokens_per_rank, uint64_t seed, int chunks = 1) {
-  const int H = cfg.hidden, k = cfg.top_k, T = R * tokens_per_rank;
+// The launcher's --ep-child value in this process's command line, or "" (not a rank process).
+std::string ep_child_value() {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  const std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  for (size_t b = 0; b < all.size();) {
+    const size_t e = std::min(all.find('\0', b), all.size());
+    args.push_back(all.substr(b, e - b));
+    b = e + 1;
+  }
+  for (size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == std::string("--") + cli::kEpChildOption) return args[i + 1];
+  return "";
+}
+
+// One rank of EpLayerMultiGpu (a process of its own on GPU `rank`, as `fusedmoe run --ep` runs
+// them): every rank draws the same layer and tokens (the same seed), computes MoeLayer on all of
+// them on its own GPU as the reference, and runs its share of the experts on its slice of the
+// tokens over the real NCCL communicator. choice_order must equal MoeLayer bit for bit (unchunked);
+// rank_order and chunked steps by relative L2. The tokens per rank keep both sides on
+// BLOCK_T = 128 (see SimulatedRanksEqualMoeLayer).
+void nccl_rank_case(const EpCommunicator& comm, const MoeConfig& cfg, int tokens_per_rank,
+                    uint64_t seed, int chunks = 1) {
+  const int R = comm.num_ranks(), r = comm.rank(), H = cfg.hidden, k = cfg.top_k;
+  const int T = R * tokens_per_rank;
   LayerCase c;
   c.cfg = cfg;
   c.T = T;
   c.mode = ReductionMode::deterministic;
   c.route = LayerRoute::given;
-  const std::string ctx = c.describe() + strf(" R=%d (GPUs) chunks=%d seed %llu", R, chunks,
-                                              (unsigned long long)seed);
+  const std::string ctx = c.describe() + strf(" R=%d rank %d (GPU) chunks=%d seed %llu", R, r,
+                                              chunks, (unsigned long long)seed);
   const LayerData d = make_layer_data(c, seed);
-  FMOE_CUDA(cudaSetDevice(0));
-  std::vector<uint16_t> want;
-  {
-    const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
-    want = run_single(*g.layer, upload(d, d.given.ids, T), H, k, nullptr);
-  }
-  std::vector<int> devs(static_cast<size_t>(R));
-  for (int r = 0; r < R; ++r) devs[size_t(r)] = r;
-  std::vector<ncclComm_t> raw(static_cast<size_t>(R), nullptr);
-  setenv("NCCL_NVLS_ENABLE", "0", 0);  // before NCCL reads its environment (EpCommunicator does the same)
-  ASSERT_EQ(ncclCommInitAll(raw.data(), R, devs.data()), ncclSuccess) << ctx;
+  const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);  // all experts: the reference
+  const std::vector<uint16_t> all_want = run_single(*g.layer, upload(d, d.given.ids, T), H, k, nullptr);
+  const std::vector<uint16_t> want(all_want.begin() + ptrdiff_t(size_t(r) * tokens_per_rank * H),
+                                   all_want.begin() + ptrdiff_t(size_t(r + 1) * tokens_per_rank * H));
   const detail::ExpertPartition part(cfg.num_experts, R);
+  const EpMoeLayer ep(cfg, rank_weights(g.weights, part.first(r), part.count(r)), comm, tokens_per_rank);
+  ASSERT_EQ(ep.first_expert(), part.first(r)) << ctx;
+  LayerData mine;
+  const size_t t0 = size_t(r) * tokens_per_rank;
+  mine.x_bits.assign(d.x_bits.begin() + ptrdiff_t(t0 * H), d.x_bits.begin() + ptrdiff_t((t0 + tokens_per_rank) * H));
+  mine.given.weights.assign(d.given.weights.begin() + ptrdiff_t(t0 * k),
+                            d.given.weights.begin() + ptrdiff_t((t0 + tokens_per_rank) * k));
+  const std::vector<int32_t> ids(d.given.ids.begin() + ptrdiff_t(t0 * k),
+                                 d.given.ids.begin() + ptrdiff_t((t0 + tokens_per_rank) * k));
+  const Inputs in = upload(mine, ids, tokens_per_rank);
+  cudaStream_t stream;
+  FMOE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   for (EpCombine combine : {EpCombine::choice_order, EpCombine::rank_order}) {
     const bool choice = combine == EpCombine::choice_order;
-    std::vector<std::vector<uint16_t>> got(static_cast<size_t>(R));
-    std::vector<std::string> errors(static_cast<size_t>(R));
-    // One process, a thread per GPU: with peer access on (NCCL enables it), cudaMalloc and
-    // cudaFree wait for the peers' kernels, so a rank allocating while another's NCCL kernel waits
-    // for it deadlocks. Every rank sets up, then all run, then all tear down (the barriers).
-    std::barrier<> ready(R), done(R);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < R; ++r)
-      threads.emplace_back([&, r] {
-        bool arrived_ready = false, arrived_done = false;
-        try {
-          FMOE_CUDA(cudaSetDevice(r));
-          const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);  // this GPU's copy
-          const EpCommunicator comm = EpCommunicator::borrow(raw[size_t(r)]);
-          const EpMoeLayer ep(cfg, rank_weights(g.weights, part.first(r), part.count(r)), comm,
-                              tokens_per_rank);
-          LayerData mine;
-          const size_t t0 = size_t(r) * tokens_per_rank;
-          mine.x_bits.assign(d.x_bits.begin() + ptrdiff_t(t0 * H), d.x_bits.begin() + ptrdiff_t((t0 + tokens_per_rank) * H));
-          mine.given.weights.assign(d.given.weights.begin() + ptrdiff_t(t0 * k),
-                                    d.given.weights.begin() + ptrdiff_t((t0 + tokens_per_rank) * k));
-          const std::vector<int32_t> ids(d.given.ids.begin() + ptrdiff_t(t0 * k),
-                                         d.given.ids.begin() + ptrdiff_t((t0 + tokens_per_rank) * k));
-          const Inputs in = upload(mine, ids, tokens_per_rank);
-          cudaStream_t stream;
-          FMOE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-          DeviceBuffer y(size_t(tokens_per_rank) * H * 2);
-          y.fill(0xFF);  // NaN: every element must be written
-          const size_t ws_bytes = ep.workspace_size(combine, ReductionMode::deterministic, chunks);
-          DeviceBuffer ws(ws_bytes);
-          ws.fill(0xFF);
-          EpForwardArgs a = ep_args(in, y, H, k, combine);
-          a.chunks = chunks;
-          FMOE_CUDA(cudaDeviceSynchronize());
-          arrived_ready = true;
-          ready.arrive_and_wait();
-          ep.forward(a, ws.get(), ws_bytes, reinterpret_cast<Stream>(stream));
-          FMOE_CUDA(cudaStreamSynchronize(stream));
-          got[size_t(r)] = y.to_host<uint16_t>();
-          arrived_done = true;
-          done.arrive_and_wait();
-          FMOE_CUDA(cudaStreamDestroy(stream));
-        } catch (const std::exception& e) {
-          errors[size_t(r)] = e.what();
-          // Leave the barriers to the others (they then report this rank's error, not a hang;
-          // a rank stuck in NCCL for a peer that failed still hangs, as NCCL itself would).
-          if (!arrived_ready) ready.arrive_and_drop();
-          if (!arrived_done) done.arrive_and_drop();
-        }
-      });
-    for (std::thread& t : threads) t.join();
-    FMOE_CUDA(cudaSetDevice(0));
-    double err2 = 0, ref2 = 0;
-    for (int r = 0; r < R; ++r) {
-      ASSERT_EQ(errors[size_t(r)], "") << ctx << " rank " << r;
-      const std::vector<uint16_t> part_want(want.begin() + ptrdiff_t(size_t(r) * tokens_per_rank * H),
-                                            want.begin() + ptrdiff_t(size_t(r + 1) * tokens_per_rank * H));
-      if (choice && chunks == 1) {
-        expect_bitwise(got[size_t(r)], part_want, H, ctx + strf(" choice_order rank %d", r));
-        if (testing::Test::HasFatalFailure()) break;
-      } else {
-        for (size_t i = 0; i < part_want.size(); ++i) {
-          const double a = fmt::bf16_to_float(got[size_t(r)][i]), b = fmt::bf16_to_float(part_want[i]);
-          ASSERT_TRUE(std::isfinite(a)) << ctx << " rank_order rank " << r << " element " << i;
-          err2 += (a - b) * (a - b);
-          ref2 += b * b;
-        }
+    DeviceBuffer y(size_t(tokens_per_rank) * H * 2);
+    y.fill(0xFF);  // NaN: every element must be written
+    const size_t ws_bytes = ep.workspace_size(combine, ReductionMode::deterministic, chunks);
+    DeviceBuffer ws(ws_bytes);
+    ws.fill(0xFF);
+    EpForwardArgs a = ep_args(in, y, H, k, combine);
+    a.chunks = chunks;
+    ep.forward(a, ws.get(), ws_bytes, reinterpret_cast<Stream>(stream));
+    FMOE_CUDA(cudaStreamSynchronize(stream));
+    const std::vector<uint16_t> got = y.to_host<uint16_t>();
+    if (choice && chunks == 1) {
+      expect_bitwise(got, want, H, ctx + " choice_order");
+    } else {
+      double err2 = 0, ref2 = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        const double x = fmt::bf16_to_float(got[i]), w = fmt::bf16_to_float(want[i]);
+        ASSERT_TRUE(std::isfinite(x)) << ctx << (choice ? " choice_order" : " rank_order") << " element " << i;
+        err2 += (x - w) * (x - w);
+        ref2 += w * w;
       }
-    }
-    if (!choice || chunks > 1) {
-      EXPECT_LE(std::sqrt(err2), 1e-2 * std::sqrt(ref2) + 1e-6) << ctx << " relative L2";
+      EXPECT_LE(std::sqrt(err2), 1e-2 * std::sqrt(ref2) + 1e-6)
+          << ctx << (choice ? " choice_order" : " rank_order") << " relative L2";
     }
     if (testing::Test::HasFatalFailure()) break;
   }
-  for (ncclComm_t comm : raw) ncclCommDestroy(comm);
+  FMOE_CUDA(cudaStreamDestroy(stream));
 }
 
 }  // namespace
 
 // Needs two or more GPUs (a multi-GPU kind: nvidia-h100-x2 / -x4 / -x8); skips with one.
+// The launcher's rank process model (tools/ep_launch.hpp, what `fusedmoe run --ep` and a serving
+// engine use: one process per GPU): this binary again, R times, each running the case below as
+// one rank. At R = 2 and, with more GPUs, at R = all of them (up to 8).
 TEST(EpLayerMultiGpu, RanksOverNcclEqualMoeLayer) {
   FMOE_SKIP_WITHOUT_GPU();
   int gpus = 0;
   FMOE_CUDA(cudaGetDeviceCount(&gpus));
-  if (gpus < 2) GTEST_SKIP() << "needs two or more GPUs (one rank per GPU), found " << gpus;
-  const int R = std::min(gpus, 8);
+  if (gpus < 2) GTEST_SKIP() << "needs two or more GPUs (one rank process per GPU), found " << gpus;
+  // The ranks draw the same layer and tokens: this run's seed.
+  setenv("FMOE_SEED", strf("%llu", (unsigned long long)run_seed()).c_str(), 1);
+  std::vector<int> ranks = {2};
+  if (std::min(gpus, 8) > 2) ranks.push_back(std::min(gpus, 8));
+  for (int R : ranks) {
+    std::printf("[ EpLayerMultiGpu ] %d rank processes (rank r on GPU r)\n", R);
+    std::fflush(stdout);
+    EXPECT_EQ(cli::launch_ranks_of("EpLayerMultiGpu", "/proc/self/exe", R,
+                                   {"--gtest_filter=EpLayerMultiGpuRank.*",
+                                    "--gtest_also_run_disabled_tests"}), 0)
+        << R << " rank processes: see each rank's output above";
+  }
+}
+
+// One rank of the case above (disabled: only the launcher runs it, with --ep-child).
+TEST(EpLayerMultiGpuRank, DISABLED_OneRank) {
+  const std::string v = ep_child_value();
+  if (v.empty()) GTEST_SKIP() << "a rank process of EpLayerMultiGpu (started by it, with --ep-child)";
+  const int R = std::atoi(v.substr(v.find(',') + 1).c_str());
+  const cli::EpChild ch = cli::parse_ep_child(v, R);
+  FMOE_CUDA(cudaSetDevice(ch.device));
+  EpUniqueId id;
+  std::copy(ch.id.begin(), ch.id.end(), id.bytes);
+  const EpCommunicator comm = EpCommunicator::create(ch.ranks, ch.rank, id);
   // E = 8 experts per rank >= top_k = 8; > 40 rows per expert on both sides.
   const MoeConfig cfg = routed_only("qwen3-30b-a3b", 256, 128, 8 * R, Precision::fp8_block);
   for (uint64_t seed : seeds_for(hash_ints({R, 29}))) {
-    compare_nccl_ranks(R, cfg, 48, seed);
+    nccl_rank_case(comm, cfg, 48, seed);
     if (testing::Test::HasFatalFailure()) return;
   }
   // With a gated shared expert (every rank runs it on its tokens, on the side stream).
   const MoeConfig shared = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 8 * R, Precision::fp8_block);
-  compare_nccl_ranks(R, shared, 48, hash_ints({R, 31}));
+  nccl_rank_case(comm, shared, 48, hash_ints({R, 31}));
   if (testing::Test::HasFatalFailure()) return;
   // Pipelined in 3 chunks (checked by relative L2).
-  compare_nccl_ranks(R, shared, 48, hash_ints({R, 37}), 3);
+  nccl_rank_case(comm, shared, 48, hash_ints({R, 37}), 3);
 }
