@@ -145,12 +145,11 @@ class EpMoeLayer {
 
   /// dispatch (counts and rows all-to-all) -> the local MoeLayer on what arrived (caller-given
   /// routing) -> results all-to-all -> combine into y. Every rank must call it, in the same
-  /// order, with the same combine (T may differ, and be 0). No host synchronization. With
-  /// several GPUs in one process (a thread per rank), build every rank's layer and workspace
-  /// before any rank's first forward: with peer access on, cudaMalloc / cudaFree wait for the
-  /// peers' NCCL kernels, which wait for the rank that is allocating; and load the modules
-  /// eagerly (CUDA_MODULE_LOADING=EAGER before CUDA starts: a lazy load may wait the same way).
-  /// One process per GPU (torch.distributed, `fusedmoe run --ep`) has neither hazard.
+  /// order, with the same combine (T may differ, and be 0). No host synchronization. One
+  /// process per GPU (torch.distributed, `fusedmoe run --ep`) is the tested model. Several GPUs
+  /// in one process, a thread per rank, is not supported: our test of it hung on 4 H100s (not
+  /// diagnosed; with peer access on, cudaMalloc / cudaFree wait for the peers' NCCL kernels, so
+  /// at least every rank's layer and workspace must exist before any rank's first forward).
   void forward(const EpForwardArgs& args, void* workspace, size_t workspace_bytes,
                Stream stream) const;
 
