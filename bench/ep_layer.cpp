@@ -137,15 +137,26 @@ void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch)
                 "layer is built for each T with max_tokens_per_rank = T\n", cfg.summary().c_str(), R);
   std::fflush(stdout);
 
+  // One workspace for every T, sized for the largest, allocated and poisoned once (a step must
+  // not read what it did not write) and kept to the end: the buffers the captured all-to-alls
+  // used are never freed under NCCL (it registers those of captured calls by address,
+  // NCCL_GRAPH_REGISTER). The workspace needs no initialization.
+  auto ws_need = [&](const EpMoeLayer& ep, int T) {
+    size_t b = 0;
+    for (ReductionMode m : modes)
+      b = std::max({b, ep.workspace_size(cli::ep_combine_for(m), m),
+                    ep.workspace_size(cli::ep_combine_for(m), m, std::min(chunks, std::max(T, 1)))});
+    return b;
+  };
+  DeviceBuffer ws(ws_need(r.make_layer(max_t), max_t));
+  ws.fill(0xFF);  // poisoned: a step must not read what it did not write
+
   cli::set_activity("benchmarking the EP layer");
   for (const long long T_ll : tokens) {
     const int T = int(T_ll);
     const EpMoeLayer& ep = r.make_layer(T);
-    size_t ws_bytes = 0;
-    for (ReductionMode m : modes)
-      ws_bytes = std::max({ws_bytes, ep.workspace_size(cli::ep_combine_for(m), m),
-                           ep.workspace_size(cli::ep_combine_for(m), m, std::min(chunks, std::max(T, 1)))});
-    DeviceBuffer ws(ws_bytes);
+    FMOE_REQUIRE(ws_need(ep, T) <= ws.bytes(), "bench ep_layer: internal: T=%d needs a workspace of "
+                 "%zu bytes, more than the %zu sized for T=%d", T, ws_need(ep, T), ws.bytes(), max_t);
     size_t single_ws_bytes = 256;
     for (ReductionMode m : modes)
       single_ws_bytes = std::max(single_ws_bytes, r.whole.layer->workspace_size(T, m));
@@ -167,6 +178,32 @@ void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch)
       std::vector<uint16_t> got = y.to_host<uint16_t>();
       got.resize(size_t(T) * H);
       const cli::EpCheck chk = cli::check_ep_output(got, want, mode == ReductionMode::deterministic);
+      if (!chk.ok()) {
+        // What the failure depends on, before giving up: the step's counts, the same step again,
+        // the shared experts serial, and the reference again (every rank takes the same path:
+        // the exchanges pair up).
+        auto again = [&](const EpForwardArgs& args) {
+          y.fill(0xFF);
+          ep.forward(args, ws.get(), ws.bytes(), reinterpret_cast<Stream>(stream));
+          cli::wait_or_die(stream, 120, strf("EpMoeLayer::forward on rank %d, T=%d", ch.rank, T));
+          std::vector<uint16_t> g = y.to_host<uint16_t>();
+          g.resize(size_t(T) * H);
+          return cli::check_ep_output(g, want, mode == ReductionMode::deterministic).rel_l2;
+        };
+        const double repeat = again(a);
+        EpForwardArgs serial = a;
+        serial.overlap_shared = false;
+        const double serial_l2 = again(serial);
+        const cli::EpCheck ref2 = cli::check_ep_output(cli::ep_reference(r, tok, H, k, mode), want, false);
+        std::fprintf(stderr, "fusedmoe: rank %d: failed check at T=%d: stats: %lld dropped routes, "
+                     "%lld overflow rows, %lld rows / %lld routes received, %lld bad slots, %lld bad "
+                     "counts; rel L2 of a repeat %.2e, with the shared experts serial %.2e; the "
+                     "reference again vs the first %.2e\n", ch.rank, T,
+                     (long long)st.dropped_routes, (long long)st.overflow_rows,
+                     (long long)st.received_rows, (long long)st.received_routes,
+                     (long long)st.received_bad_slots, (long long)st.received_bad_counts, repeat,
+                     serial_l2, ref2.rel_l2);
+      }
       FMOE_REQUIRE(chk.ok(), "bench ep_layer: rank %d, %s T=%d %s: %s (seed %llu)", ch.rank,
                    cfg.name.c_str(), T, reduction_mode_name(mode),
                    cli::describe_ep_check(chk, got, want, H).c_str(), (unsigned long long)seed);

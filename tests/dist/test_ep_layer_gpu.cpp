@@ -45,24 +45,32 @@ struct Inputs {
   int T = 0;
 };
 
+// The CUDA device this thread runs on (a rank process of EpLayerMultiGpu runs on GPU `rank`).
+int current_device() {
+  int dev = 0;
+  FMOE_CUDA(cudaGetDevice(&dev));
+  return dev;
+}
+
 Inputs upload(const LayerData& d, const std::vector<int32_t>& ids, int T) {
   return {DeviceBuffer::from(d.x_bits), DeviceBuffer::from(ids), DeviceBuffer::from(d.given.weights), T};
 }
 
 std::vector<uint16_t> run_single(const MoeLayer& layer, const Inputs& in, int H, int k,
                                  cudaStream_t stream) {
+  const int dev = current_device();
   DeviceBuffer y(std::max<size_t>(size_t(in.T) * H * 2, 16));
   y.fill(0xFF);
   const size_t ws_bytes = layer.workspace_size(in.T, ReductionMode::deterministic);
   DeviceBuffer ws(ws_bytes);
   ws.fill(0xFF);
   MoeForwardArgs a;
-  a.x = TensorRef::contiguous(in.x.get(), DType::bf16, {in.T, H}, Device::cuda);
+  a.x = TensorRef::contiguous(in.x.get(), DType::bf16, {in.T, H}, Device::cuda, dev);
   a.routing_given = true;
-  a.topk_ids = TensorRef::contiguous(in.ids.get(), DType::i32, {in.T, k}, Device::cuda);
-  a.topk_weights = TensorRef::contiguous(in.weights.get(), DType::f32, {in.T, k}, Device::cuda);
+  a.topk_ids = TensorRef::contiguous(in.ids.get(), DType::i32, {in.T, k}, Device::cuda, dev);
+  a.topk_weights = TensorRef::contiguous(in.weights.get(), DType::f32, {in.T, k}, Device::cuda, dev);
   a.validate_routing = false;  // bad ids are part of the cases: dropped by both layers
-  a.y = TensorRef::contiguous(y.get(), DType::bf16, {in.T, H}, Device::cuda);
+  a.y = TensorRef::contiguous(y.get(), DType::bf16, {in.T, H}, Device::cuda, dev);
   a.mode = ReductionMode::deterministic;
   layer.forward(a, ws.get(), ws_bytes, reinterpret_cast<Stream>(stream));
   FMOE_CUDA(cudaStreamSynchronize(stream));
@@ -72,11 +80,12 @@ std::vector<uint16_t> run_single(const MoeLayer& layer, const Inputs& in, int H,
 }
 
 EpForwardArgs ep_args(const Inputs& in, DeviceBuffer& y, int H, int k, EpCombine combine) {
+  const int dev = current_device();
   EpForwardArgs a;
-  a.x = TensorRef::contiguous(in.x.get(), DType::bf16, {in.T, H}, Device::cuda);
-  a.topk_ids = TensorRef::contiguous(in.ids.get(), DType::i32, {in.T, k}, Device::cuda);
-  a.topk_weights = TensorRef::contiguous(in.weights.get(), DType::f32, {in.T, k}, Device::cuda);
-  a.y = TensorRef::contiguous(y.get(), DType::bf16, {in.T, H}, Device::cuda);
+  a.x = TensorRef::contiguous(in.x.get(), DType::bf16, {in.T, H}, Device::cuda, dev);
+  a.topk_ids = TensorRef::contiguous(in.ids.get(), DType::i32, {in.T, k}, Device::cuda, dev);
+  a.topk_weights = TensorRef::contiguous(in.weights.get(), DType::f32, {in.T, k}, Device::cuda, dev);
+  a.y = TensorRef::contiguous(y.get(), DType::bf16, {in.T, H}, Device::cuda, dev);
   a.combine = combine;
   a.mode = ReductionMode::deterministic;
   return a;
