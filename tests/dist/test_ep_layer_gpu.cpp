@@ -93,17 +93,18 @@ EpForwardArgs ep_args(const Inputs& in, DeviceBuffer& y, int H, int k, EpCombine
 
 std::vector<uint16_t> run_ep(const EpMoeLayer& layer, const Inputs& in, int H, int k,
                              EpCombine combine, cudaStream_t stream, EpStats* stats = nullptr,
-                             bool fp8_rows = false) {
+                             bool fp8_rows = false, int chunks = 1) {
   DeviceBuffer y(std::max<size_t>(size_t(in.T) * H * 2, 16));
   y.fill(0xFF);  // NaN: every element must be written
-  const size_t ws_bytes = layer.workspace_size(combine, ReductionMode::deterministic);
+  const size_t ws_bytes = layer.workspace_size(combine, ReductionMode::deterministic, chunks);
   DeviceBuffer ws(ws_bytes);
   ws.fill(0xFF);
   EpForwardArgs a = ep_args(in, y, H, k, combine);
   a.fp8_rows = fp8_rows;
+  a.chunks = chunks;
   layer.forward(a, ws.get(), ws_bytes, reinterpret_cast<Stream>(stream));
   FMOE_CUDA(cudaStreamSynchronize(stream));
-  if (stats) *stats = layer.stats(ws.get(), combine, ReductionMode::deterministic, reinterpret_cast<Stream>(stream));
+  if (stats) *stats = layer.stats(ws.get(), combine, ReductionMode::deterministic, reinterpret_cast<Stream>(stream), chunks);
   std::vector<uint16_t> out = y.to_host<uint16_t>();
   out.resize(size_t(in.T) * H);
   return out;
@@ -835,16 +836,7 @@ void nccl_rank_case(const EpCommunicator& comm, const MoeConfig& cfg, int tokens
   FMOE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   for (EpCombine combine : {EpCombine::choice_order, EpCombine::rank_order}) {
     const bool choice = combine == EpCombine::choice_order;
-    DeviceBuffer y(size_t(tokens_per_rank) * H * 2);
-    y.fill(0xFF);  // NaN: every element must be written
-    const size_t ws_bytes = ep.workspace_size(combine, ReductionMode::deterministic, chunks);
-    DeviceBuffer ws(ws_bytes);
-    ws.fill(0xFF);
-    EpForwardArgs a = ep_args(in, y, H, k, combine);
-    a.chunks = chunks;
-    ep.forward(a, ws.get(), ws_bytes, reinterpret_cast<Stream>(stream));
-    FMOE_CUDA(cudaStreamSynchronize(stream));
-    const std::vector<uint16_t> got = y.to_host<uint16_t>();
+    const std::vector<uint16_t> got = run_ep(ep, in, H, k, combine, stream, nullptr, false, chunks);
     if (choice && chunks == 1) {
       expect_bitwise(got, want, H, ctx + " choice_order");
     } else {
