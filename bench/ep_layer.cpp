@@ -151,6 +151,20 @@ void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch)
   DeviceBuffer ws(ws_need(r.make_layer(max_t), max_t));
   ws.fill(0xFF);  // poisoned: a step must not read what it did not write
 
+  // Whether any rank's check failed, learnt by every rank, so that all take the same path (a rank
+  // that went on alone would wait in NCCL for the others until the launcher ended it).
+  auto any_rank = [&](bool mine) {
+    const std::vector<double> send(size_t(R), mine ? 1.0 : 0.0);
+    std::vector<double> all(static_cast<size_t>(R));
+    FMOE_CUDA(cudaMemcpyAsync(gather_send.get(), send.data(), send.size() * sizeof(double),
+                              cudaMemcpyHostToDevice, stream));
+    detail::ep_all_to_all(r.comm->impl(), gather_send.get(), gather_recv.get(), sizeof(double), stream);
+    FMOE_CUDA(cudaMemcpyAsync(all.data(), gather_recv.get(), all.size() * sizeof(double),
+                              cudaMemcpyDeviceToHost, stream));
+    FMOE_CUDA(cudaStreamSynchronize(stream));
+    return std::any_of(all.begin(), all.end(), [](double v) { return v != 0.0; });
+  };
+
   cli::set_activity("benchmarking the EP layer");
   for (const long long T_ll : tokens) {
     const int T = int(T_ll);
@@ -178,10 +192,10 @@ void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch)
       std::vector<uint16_t> got = y.to_host<uint16_t>();
       got.resize(size_t(T) * H);
       const cli::EpCheck chk = cli::check_ep_output(got, want, mode == ReductionMode::deterministic);
-      if (!chk.ok()) {
-        // What the failure depends on, before giving up: the step's counts, the same step again,
-        // the shared experts serial, and the reference again (every rank takes the same path:
-        // the exchanges pair up).
+      const bool failed_somewhere = any_rank(!chk.ok());
+      if (failed_somewhere) {
+        // What the failure depends on, before giving up, on every rank: the step's counts, the
+        // same step again, the shared experts serial, and the reference again.
         auto again = [&](const EpForwardArgs& args) {
           y.fill(0xFF);
           ep.forward(args, ws.get(), ws.bytes(), reinterpret_cast<Stream>(stream));
@@ -195,10 +209,11 @@ void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch)
         serial.overlap_shared = false;
         const double serial_l2 = again(serial);
         const cli::EpCheck ref2 = cli::check_ep_output(cli::ep_reference(r, tok, H, k, mode), want, false);
-        std::fprintf(stderr, "fusedmoe: rank %d: failed check at T=%d: stats: %lld dropped routes, "
+        std::fprintf(stderr, "fusedmoe: rank %d: check at T=%d %s (rel L2 %.2e): stats: %lld dropped routes, "
                      "%lld overflow rows, %lld rows / %lld routes received, %lld bad slots, %lld bad "
                      "counts; rel L2 of a repeat %.2e, with the shared experts serial %.2e; the "
                      "reference again vs the first %.2e\n", ch.rank, T,
+                     chk.ok() ? "passed" : "FAILED", chk.rel_l2,
                      (long long)st.dropped_routes, (long long)st.overflow_rows,
                      (long long)st.received_rows, (long long)st.received_routes,
                      (long long)st.received_bad_slots, (long long)st.received_bad_counts, repeat,
@@ -207,6 +222,9 @@ void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch)
       FMOE_REQUIRE(chk.ok(), "bench ep_layer: rank %d, %s T=%d %s: %s (seed %llu)", ch.rank,
                    cfg.name.c_str(), T, reduction_mode_name(mode),
                    cli::describe_ep_check(chk, got, want, H).c_str(), (unsigned long long)seed);
+      FMOE_REQUIRE(!failed_somewhere, "bench ep_layer: rank %d, %s T=%d %s: passed, but another "
+                   "rank's check failed (its line says why)", ch.rank, cfg.name.c_str(), T,
+                   reduction_mode_name(mode));
 
       const detail::EpExchanges x = detail::ep_check_forward(ep, a, ws.get(), ws.bytes());
       const EpCommunicator::Impl& comm = r.comm->impl();
@@ -253,9 +271,13 @@ void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch)
         std::vector<uint16_t> cgot = y.to_host<uint16_t>();
         cgot.resize(size_t(T) * H);
         const cli::EpCheck cchk = cli::check_ep_output(cgot, want, false);
+        const bool chunks_failed_somewhere = any_rank(!cchk.ok());
         FMOE_REQUIRE(cchk.ok(), "bench ep_layer: rank %d, %s T=%d %s chunks=%d: %s (seed %llu)",
                      ch.rank, cfg.name.c_str(), T, reduction_mode_name(mode), chunks,
                      cli::describe_ep_check(cchk, cgot, want, H).c_str(), (unsigned long long)seed);
+        FMOE_REQUIRE(!chunks_failed_somewhere, "bench ep_layer: rank %d, %s T=%d chunks=%d: passed, "
+                     "but another rank's check failed (its line says why)", ch.rank,
+                     cfg.name.c_str(), T, chunks);
         t[kChunked] = time_graph([&](cudaStream_t s, int) {
           ep.forward(c, w, ws.bytes(), reinterpret_cast<Stream>(s));
         }, stream, kLaunchesPerGraph);
