@@ -30,7 +30,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "bench/registry.hpp"
@@ -42,6 +44,7 @@
 #include "dist/ep_comm.hpp"
 #include "dist/ep_layer_steps.hpp"
 #include "dist/ep_plan.hpp"
+#include "layer/layer_plan.hpp"
 #include "tools/ep_case.hpp"
 #endif
 
@@ -111,6 +114,138 @@ void run_ep_layer(const Context& ctx, const cli::Args& args) {
   } catch (const Error& e) {
     throw Error(cli::rank_message(ch, e.what()));
   }
+}
+
+// A failed check, taken apart on this rank (every rank runs it): after the step that just ran
+// on (a, ws), (1) what arrived against the host plan of every rank's tokens (ep_plan.hpp), (2)
+// the local layer's prepared weights against the single-GPU layer's for the same experts, (3) the
+// local layer's output against the same layer run again and a freshly built one on the rows that
+// arrived. Prints one line per part to stderr.
+void diagnose_failed_step(const cli::EpRank& r, const MoeConfig& cfg, const EpMoeLayer& ep,
+                          const EpForwardArgs& a, void* ws, int T, uint64_t seed, bool use_bias,
+                          cudaStream_t stream) {
+  const int R = r.child.ranks, rank = r.child.rank, cap = ep.max_tokens_per_rank();
+  const int H = cfg.hidden, k = cfg.top_k;
+  const detail::ExpertPartition part(cfg.num_experts, R);
+  const detail::EpStepViews v = detail::ep_step_views(ep, a, ws);
+  FMOE_CUDA(cudaStreamSynchronize(stream));
+  auto host = [](const void* p, size_t n, auto* tag) {
+    using T_ = std::remove_pointer_t<decltype(tag)>;
+    std::vector<T_> out(n);
+    if (n) FMOE_CUDA(cudaMemcpy(out.data(), p, n * sizeof(T_), cudaMemcpyDeviceToHost));
+    return out;
+  };
+  const auto counts = host(v.recv_counts, size_t(R), (int32_t*)nullptr);
+  const auto slots = host(v.row_slot, size_t(v.rows), (int32_t*)nullptr);
+  const auto ids = host(v.local_ids, size_t(v.rows) * k, (int32_t*)nullptr);
+  const auto wts = host(v.local_weights, size_t(v.rows) * k, (float*)nullptr);
+  const auto x = a.fp8_rows ? std::vector<uint16_t>() : host(v.x_local, size_t(v.rows) * H, (uint16_t*)nullptr);
+  const auto y_local = host(v.y_local, size_t(v.rows) * H, (uint16_t*)nullptr);
+
+  // (1) What arrived, against the host plan.
+  std::string want_counts, got_counts;
+  int64_t bad_slot = 0, bad_x = 0, bad_ids = 0, bad_w = 0, first_bad_x = -1;
+  int off = 0;
+  for (int s = 0; s < R; ++s) {
+    const cli::EpTokens ts = cli::ep_tokens(cfg, r.host, T, seed, s, use_bias);
+    const detail::DispatchPlan pl = detail::plan_dispatch(ts.routing.ids.data(),
+        ts.routing.weights.data(), T, k, part, s, cap);
+    const std::vector<uint16_t> xs = ts.x.to_host<uint16_t>();
+    const int n = pl.send_counts[size_t(rank)];
+    want_counts += strf("%s%d", s ? "," : "", n);
+    got_counts += strf("%s%d", s ? "," : "", counts[size_t(s)]);
+    for (int i = 0; i < n && off + i < v.rows; ++i) {
+      const int64_t row = off + i, sent = int64_t(rank) * cap + i;
+      const int t = pl.row_token[size_t(sent)];
+      bad_slot += slots[size_t(row)] != s * cap + i;
+      if (!x.empty() && std::memcmp(&x[size_t(row) * H], &xs[size_t(t) * H], size_t(H) * 2) != 0) {
+        if (bad_x++ == 0) first_bad_x = row;
+      }
+      for (int j = 0; j < k; ++j) {
+        bad_ids += ids[size_t(row) * k + j] != pl.row_local_ids[size_t(sent) * k + j];
+        bad_w += wts[size_t(row) * k + j] != pl.row_weights[size_t(sent) * k + j];
+      }
+    }
+    off += n;
+  }
+  for (int64_t row = off; row < v.rows; ++row)
+    for (int j = 0; j < k; ++j) bad_ids += ids[size_t(row) * k + j] != -1;
+  std::fprintf(stderr, "fusedmoe: rank %d: diagnose (1) arrived: counts %s (plan %s); of %d rows: "
+               "%lld wrong slots, %lld wrong x rows%s (first %lld), %lld wrong ids, %lld wrong "
+               "weights\n", rank, got_counts.c_str(), want_counts.c_str(), off,
+               (long long)bad_slot, (long long)bad_x, x.empty() ? " (fp8 rows: not compared)" : "",
+               (long long)first_bad_x, (long long)bad_ids, (long long)bad_w);
+
+  // (2) The prepared weights, expert by expert, against the single-GPU layer's.
+  const MoeLayer::Impl& Ll = v.local->impl();
+  const MoeLayer::Impl& Lw = r.whole.layer->impl();
+  if (!Ll.e2m1) {
+    const int64_t eb = Ll.fp8 ? 1 : 2, KBh = (H + 127) / 128, KB2 = (Ll.I_pad + 127) / 128;
+    struct Part { const char* name; const DeviceBuffer* local; const DeviceBuffer* whole; int64_t per; };
+    std::vector<Part> parts = {{"w13", &Ll.w13, &Lw.w13, int64_t(Ll.NT1) * 128 * H * eb},
+                               {"w2", &Ll.w2, &Lw.w2, int64_t(H) * Ll.I_pad * eb}};
+    if (Ll.fp8) {
+      parts.push_back({"w13_scale", &Ll.w13_scale, &Lw.w13_scale, int64_t(Ll.NT1) * KBh * 16 * 4});
+      parts.push_back({"w2_scale", &Ll.w2_scale, &Lw.w2_scale, int64_t(Ll.NB2) * KB2 * 4});
+    }
+    std::string line;
+    for (const Part& p : parts) {
+      int bad = 0, first_bad = -1;
+      std::vector<uint8_t> hl(size_t(p.per)), hw(size_t(p.per));
+      for (int e = 0; e < Ll.E; ++e) {
+        FMOE_CUDA(cudaMemcpy(hl.data(), p.local->get<uint8_t>() + e * p.per, size_t(p.per), cudaMemcpyDeviceToHost));
+        FMOE_CUDA(cudaMemcpy(hw.data(), p.whole->get<uint8_t>() + (r.first + e) * p.per, size_t(p.per), cudaMemcpyDeviceToHost));
+        if (std::memcmp(hl.data(), hw.data(), size_t(p.per)) != 0 && bad++ == 0) first_bad = e;
+      }
+      line += strf("%s: %d of %d experts differ (first %d); ", p.name, bad, Ll.E, first_bad);
+    }
+    std::fprintf(stderr, "fusedmoe: rank %d: diagnose (2) prepared vs the single-GPU layer's "
+                 "experts [%d, %d): %stwo_scales %d / %d\n", rank, r.first, r.first + Ll.E,
+                 line.c_str(), int(Ll.w13_two_scales), int(Lw.w13_two_scales));
+  }
+
+  // (3) The local layer on the rows as they arrived: again (its own workspace) and freshly built.
+  const ReductionMode mode = a.combine == EpCombine::choice_order ? ReductionMode::deterministic : a.mode;
+  const int dev = r.child.device, rows = v.rows;
+  MoeForwardArgs la;
+  if (a.fp8_rows) {
+    la.x_fp8 = TensorRef::contiguous(const_cast<void*>(v.x_local), DType::e4m3, {rows, H}, Device::cuda, dev);
+    la.x_fp8_scales = TensorRef::contiguous(const_cast<float*>(v.x_scales), DType::f32,
+                                            {rows, (H + 127) / 128}, Device::cuda, dev);
+  } else {
+    la.x = TensorRef::contiguous(const_cast<void*>(v.x_local), DType::bf16, {rows, H}, Device::cuda, dev);
+  }
+  la.routing_given = true;
+  la.topk_ids = TensorRef::contiguous(const_cast<int32_t*>(v.local_ids), DType::i32, {rows, k}, Device::cuda, dev);
+  la.topk_weights = TensorRef::contiguous(const_cast<float*>(v.local_weights), DType::f32, {rows, k}, Device::cuda, dev);
+  la.mode = mode;
+  auto run_local = [&](const MoeLayer& layer) {
+    DeviceBuffer yb(size_t(rows) * H * 2), wsb(std::max<size_t>(layer.workspace_size(rows, mode), 256));
+    yb.fill(0xFF);
+    MoeForwardArgs args = la;
+    args.y = TensorRef::contiguous(yb.get(), DType::bf16, {rows, H}, Device::cuda, dev);
+    layer.forward(args, wsb.get(), wsb.bytes(), reinterpret_cast<Stream>(stream));
+    cli::wait_or_die(stream, 120, "the local layer again (diagnostics)");
+    return yb.to_host<uint16_t>();
+  };
+  const std::vector<uint16_t> again = run_local(*v.local);
+  MoeLayerWeights lw = cli::rank_weights(r.whole.weights, r.first, r.count);
+  for (TensorRef* t : {&lw.shared_w13, &lw.shared_w13_scale, &lw.shared_w13_scale_2, &lw.shared_w2,
+                       &lw.shared_w2_scale, &lw.shared_w2_scale_2, &lw.shared_gate})
+    *t = TensorRef{};
+  std::vector<uint16_t> fresh;
+  {
+    const MoeLayer built(v.local->config(), lw, reinterpret_cast<Stream>(stream));
+    fresh = run_local(built);
+  }
+  const bool det = mode == ReductionMode::deterministic;
+  const cli::EpCheck c1 = cli::check_ep_output(y_local, again, det);
+  const cli::EpCheck c2 = cli::check_ep_output(y_local, fresh, det);
+  const cli::EpCheck c3 = cli::check_ep_output(again, fresh, det);
+  std::fprintf(stderr, "fusedmoe: rank %d: diagnose (3) the step's local y vs the local layer "
+               "again: rel L2 %.2e (%lld differ); vs a fresh layer: %.2e (%lld differ); again vs "
+               "fresh: %.2e (%lld differ)\n", rank, c1.rel_l2, (long long)c1.differing, c2.rel_l2,
+               (long long)c2.differing, c3.rel_l2, (long long)c3.differing);
 }
 
 void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch) {
@@ -218,6 +353,8 @@ void run_rank(const Context& ctx, const cli::Args& args, const cli::EpChild& ch)
                      (long long)st.received_rows, (long long)st.received_routes,
                      (long long)st.received_bad_slots, (long long)st.received_bad_counts, repeat,
                      serial_l2, ref2.rel_l2);
+        diagnose_failed_step(r, cfg, ep, serial, ws.get(), T, seed,
+                             args.str("routing", "model") == "model", stream);
       }
       FMOE_REQUIRE(chk.ok(), "bench ep_layer: rank %d, %s T=%d %s: %s (seed %llu)", ch.rank,
                    cfg.name.c_str(), T, reduction_mode_name(mode),

@@ -178,8 +178,8 @@ void bench_moe(const Context& ctx, const cli::Args& args, const std::vector<long
   std::vector<uint8_t> hq(size_t(kDistinct * q_per)), hs(size_t(kDistinct * s_per));
   random_nvfp4_host(hq, hs, 21);
   DeviceBuffer dq(size_t(E) * size_t(q_per)), ds(size_t(E) * size_t(s_per));
-  FMOE_CUDA(cudaMemcpy(dq.get(), hq.data(), hq.size(), cudaMemcpyHostToDevice));
-  FMOE_CUDA(cudaMemcpy(ds.get(), hs.data(), hs.size(), cudaMemcpyHostToDevice));
+  dq.upload(hq.data(), hq.size());
+  ds.upload(hs.data(), hs.size());
   for (int e = kDistinct; e < E; ++e) {  // same codes, other addresses: still cold in L2
     FMOE_CUDA(cudaMemcpy(dq.get<uint8_t>() + e * q_per, dq.get<uint8_t>() + (e % kDistinct) * q_per,
                          size_t(q_per), cudaMemcpyDeviceToDevice));

@@ -99,7 +99,7 @@ void bench_one(const Context& ctx, const cli::Args& args, int H, int T, ref::Nor
   // Sampled rows of set 0, bit for bit (the residual of set 0 is restored first: timing rewrites it).
   auto verify = [&](const std::string& what) {
     Set& s = sets[0];
-    if (residual) FMOE_CUDA(cudaMemcpy(s.res.get(), rb.data(), rb.size() * 2, cudaMemcpyHostToDevice));
+    if (residual) s.res.upload(rb.data(), rb.size() * 2);
     s.out.fill(0xFF);
     rmsnorm_quant(make_args(0, false), ctx.stream);
     FMOE_CUDA(cudaStreamSynchronize(ctx.stream));

@@ -45,8 +45,8 @@ TensorRef dref(void* p, DType t, std::initializer_list<int64_t> shape) {
 void verify(const Context& ctx, const RopeShape& s, int64_t T, RopeArgs args, const std::vector<uint16_t>& hq,
             const std::vector<uint16_t>& hk, const std::vector<int64_t>& pos, const std::vector<float>& cache,
             int64_t max_position, DeviceBuffer& dq, DeviceBuffer& dk) {
-  FMOE_CUDA(cudaMemcpy(dq.get(), hq.data(), hq.size() * 2, cudaMemcpyHostToDevice));
-  if (s.Hk) FMOE_CUDA(cudaMemcpy(dk.get(), hk.data(), hk.size() * 2, cudaMemcpyHostToDevice));
+  dq.upload(hq.data(), hq.size() * 2);
+  if (s.Hk) dk.upload(hk.data(), hk.size() * 2);
   rope(args, ctx.stream);
   FMOE_CUDA(cudaStreamSynchronize(ctx.stream));
   const std::vector<uint16_t> gq = dq.to_host<uint16_t>();

@@ -183,8 +183,7 @@ inline GpuLayer make_gpu_layer(CheckpointLayer& ck, cudaStream_t stream,
     g.buffers.emplace_back(size_t(bytes));
     for (int64_t at = 0; at < bytes; at += kPiece) {
       const int64_t n = std::min(kPiece, bytes - at);
-      FMOE_CUDA(cudaMemcpy(g.buffers.back().get<uint8_t>() + at, static_cast<const uint8_t*>(t.data) + at,
-                           size_t(n), cudaMemcpyHostToDevice));
+      g.buffers.back().upload(static_cast<const uint8_t*>(t.data) + at, size_t(n), size_t(at));
       done += n;
       if (progress) progress(done, total);
     }

@@ -48,9 +48,34 @@ class DeviceBuffer {
     FMOE_CUDA(cudaDeviceSynchronize());
   }
 
+  /// Copies `bytes` from host memory to byte `offset` of the buffer and waits until they are
+  /// there. Not just cudaMemcpy: from pageable memory it returns once the bytes are staged, before
+  /// the DMA lands, and it runs on the legacy default stream, which non-blocking streams do not
+  /// wait for; a kernel launched next on one read stale memory (issue 13's R=2 bug: a gather
+  /// kernel read its row tables before they arrived and prepared wrong weights).
+  void upload(const void* host, size_t bytes, size_t offset = 0) const {
+    if (!bytes) return;
+    FMOE_CUDA(cudaMemcpy(static_cast<uint8_t*>(ptr_) + offset, host, bytes, cudaMemcpyHostToDevice));
+    FMOE_CUDA(cudaDeviceSynchronize());
+  }
+  /// The same on `stream` (ordered before whatever is enqueued there next; the library's uploads),
+  /// waiting for it.
+  void upload(const void* host, size_t bytes, cudaStream_t stream) const {
+    if (!bytes) return;
+    FMOE_CUDA(cudaMemcpyAsync(ptr_, host, bytes, cudaMemcpyHostToDevice, stream));
+    FMOE_CUDA(cudaStreamSynchronize(stream));
+  }
+
+  /// A buffer holding `host`, there when this returns (upload above).
   template <class T> static DeviceBuffer from(const std::vector<T>& host) {
     DeviceBuffer b(host.size() * sizeof(T));
-    if (!host.empty()) FMOE_CUDA(cudaMemcpy(b.ptr_, host.data(), b.bytes_, cudaMemcpyHostToDevice));
+    b.upload(host.data(), b.bytes_);
+    return b;
+  }
+  /// The same, copied on `stream`.
+  template <class T> static DeviceBuffer from(const std::vector<T>& host, cudaStream_t stream) {
+    DeviceBuffer b(host.size() * sizeof(T));
+    b.upload(host.data(), b.bytes_, stream);
     return b;
   }
   template <class T> std::vector<T> to_host() const {

@@ -579,6 +579,22 @@ EpExchanges ep_check_forward(const EpMoeLayer& layer, const EpForwardArgs& a, vo
   return exchanges_of(L, a.combine, w);
 }
 
+EpStepViews ep_step_views(const EpMoeLayer& layer, const EpForwardArgs& a, void* workspace) {
+  const EpMoeLayer::Impl& L = layer.impl();
+  const EpWorkspace w = single_chunk(L, a, workspace);
+  EpStepViews v;
+  v.rows = L.R * w.cap;
+  v.recv_counts = w.recv_counts;
+  v.row_slot = w.row_slot;
+  v.local_ids = w.local_ids;
+  v.local_weights = w.local_weights;
+  v.x_local = w.x_local;
+  v.x_scales = w.x_scales;
+  v.y_local = w.y_local;
+  v.local = L.local.get();
+  return v;
+}
+
 void ep_dispatch(const EpMoeLayer& layer, const EpForwardArgs& a, void* workspace,
                  cudaStream_t stream) {
   dispatch_chunk(layer.impl(), a, single_chunk(layer.impl(), a, workspace), stream);

@@ -11,6 +11,7 @@
 #include <cstddef>
 
 #include "fusedmoe/ep_layer.hpp"
+#include "fusedmoe/layer.hpp"
 
 namespace fusedmoe::detail {
 
@@ -41,6 +42,22 @@ void ep_shared(const EpMoeLayer& layer, const EpForwardArgs& args, void* workspa
 /// After the results arrived (and ep_shared ran): the combine into args.y.
 void ep_combine(const EpMoeLayer& layer, const EpForwardArgs& args, void* workspace,
                 cudaStream_t stream);
+
+/// Where an unchunked step's local part sits in `workspace` on this rank (the bench's failure
+/// diagnostics read them after a forward): the rows that arrived, as the local layer got them, and
+/// its output.
+struct EpStepViews {
+  int rows = 0;                           ///< R * cap: the local layer's rows
+  const int32_t* recv_counts = nullptr;   ///< [R]
+  const int32_t* row_slot = nullptr;      ///< [rows] s * cap + i, or -1
+  const int32_t* local_ids = nullptr;     ///< [rows, k]
+  const float* local_weights = nullptr;   ///< [rows, k]
+  const void* x_local = nullptr;          ///< [rows, H] bf16 (bf16 rows) or fp8 codes
+  const float* x_scales = nullptr;        ///< fp8 rows: [rows, ceil(H / 128)]
+  const void* y_local = nullptr;          ///< [rows, H] bf16: the local layer's y
+  const MoeLayer* local = nullptr;        ///< the local layer (this rank's experts)
+};
+EpStepViews ep_step_views(const EpMoeLayer& layer, const EpForwardArgs& args, void* workspace);
 
 /// A communicator without NCCL for the simulation above: rank `rank` of `num_ranks` on the
 /// current device. EpMoeLayer::forward refuses it (it has nothing to send with).

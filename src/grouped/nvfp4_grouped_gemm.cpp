@@ -140,7 +140,7 @@ Nvfp4GroupedGemm::Nvfp4GroupedGemm(const TensorRef& b, const TensorRef& b_scale,
 
   // The scales the decode refuses (e2m1_layout.hpp: finite, non-negative), found on the device.
   const int64_t n = b_scale.numel();
-  DeviceBuffer first_bad = DeviceBuffer::from(std::vector<unsigned long long>{(unsigned long long)n});
+  DeviceBuffer first_bad = DeviceBuffer::from(std::vector<unsigned long long>{(unsigned long long)n}, stream);
   E2m1ScaleScanParams sp{static_cast<const uint8_t*>(b_scale.data), n,
                          first_bad.get<unsigned long long>(), false, nullptr, K / 16};
   launch_e2m1_scale_scan(sp, stream);
@@ -177,14 +177,14 @@ Nvfp4GroupedGemm::Nvfp4GroupedGemm(const TensorRef& b, const TensorRef& b_scale,
       rs[size_t(g * rows + pr)] = global[size_t(g)] * unit;
     }
   I.blocks = DeviceBuffer(size_t(G) * I.NB * I.KB * e2m1::kBlockBytes);
-  const DeviceBuffer d_refs = DeviceBuffer::from(refs);
+  const DeviceBuffer d_refs = DeviceBuffer::from(refs, stream);
   E2m1PrepareParams pp{I.blocks.get<uint8_t>(), G * I.NB, I.KB, d_refs.get<E2m1RowRef>(),
                        {E2m1Source{static_cast<const uint8_t*>(b.data),
                                    static_cast<const uint8_t*>(b_scale.data), nullptr, K},
                         E2m1Source{}},
                        false};
   launch_e2m1_prepare(pp, stream);
-  I.row_scale = DeviceBuffer::from(rs);
+  I.row_scale = DeviceBuffer::from(rs, stream);
   FMOE_CUDA(cudaStreamSynchronize(stream));  // before the row table is freed
 }
 

@@ -130,7 +130,7 @@ E2m1DeviceMatrix check_e2m1(const char* name, const TensorRef& codes, const Tens
   E2m1DeviceMatrix m;
   const int64_t n = scales.numel(), per_row = K / (mx ? 32 : 16);
   const int64_t rows = per_row > 0 ? n / per_row : 0;
-  DeviceBuffer first_bad = DeviceBuffer::from(std::vector<unsigned long long>{(unsigned long long)n});
+  DeviceBuffer first_bad = DeviceBuffer::from(std::vector<unsigned long long>{(unsigned long long)n}, stream);
   if (mx) m.row_max = DeviceBuffer(size_t(std::max<int64_t>(rows, 1)) * sizeof(int32_t));
   detail::E2m1ScaleScanParams sp{static_cast<const uint8_t*>(scales.data), n,
                                  first_bad.get<unsigned long long>(), mx,
@@ -201,7 +201,7 @@ void prepare_e2m1_weights(MoeLayer::Impl& L, const MoeLayerWeights& w, bool inte
   auto relayout = [&](DeviceBuffer& dst, int64_t tiles, int KB, const std::vector<detail::E2m1RowRef>& refs,
                       const E2m1DeviceMatrix& main, const E2m1DeviceMatrix& shared) {
     dst = DeviceBuffer(size_t(tiles) * KB * detail::e2m1::kBlockBytes);
-    const DeviceBuffer d_refs = DeviceBuffer::from(refs);
+    const DeviceBuffer d_refs = DeviceBuffer::from(refs, stream);
     detail::E2m1PrepareParams pp{dst.get<uint8_t>(), tiles, KB, d_refs.get<detail::E2m1RowRef>(),
                                  {main.src, shared.src}, L.mx};
     detail::launch_e2m1_prepare(pp, stream);
@@ -229,7 +229,7 @@ void prepare_e2m1_weights(MoeLayer::Impl& L, const MoeLayerWeights& w, bool inte
       rs1[size_t(e) * rows1 + pr] = g * unit;
     }
   relayout(L.w13, int64_t(L.E_total) * L.NT1, KB1, refs1, w13, sw13);
-  L.w13_row_scale = DeviceBuffer::from(rs1);
+  L.w13_row_scale = DeviceBuffer::from(rs1, stream);
 
   // GEMM 2: rows paired; shared chunk c takes the shared MLP's columns [c I_pad, (c+1) I_pad).
   std::vector<detail::E2m1RowRef> refs2(size_t(L.E_total) * rows2);
@@ -249,7 +249,7 @@ void prepare_e2m1_weights(MoeLayer::Impl& L, const MoeLayerWeights& w, bool inte
                : (e < E ? g2[size_t(e)] : sg2[0]) * unit;
     }
   relayout(L.w2, int64_t(L.E_total) * L.NB2, KB2, refs2, w2, sw2);
-  L.w2_row_scale = DeviceBuffer::from(rs2);
+  L.w2_row_scale = DeviceBuffer::from(rs2, stream);
 }
 
 }  // namespace
@@ -394,7 +394,7 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeLayerWeights& w, Stream stream
     L.w2.resize(size_t(L.E_total) * H * L.I_pad * eb);
     auto gather = [&](DeviceBuffer& dst, int64_t dst_row0, int64_t dst_row_bytes, const void* src,
                       const std::vector<int64_t>& offs, const std::vector<int32_t>& bytes) {
-      const DeviceBuffer d_offs = DeviceBuffer::from(offs), d_bytes = DeviceBuffer::from(bytes);
+      const DeviceBuffer d_offs = DeviceBuffer::from(offs, stream), d_bytes = DeviceBuffer::from(bytes, stream);
       GatherRowsParams gp{dst.get<uint8_t>() + dst_row0 * dst_row_bytes, dst_row_bytes,
                           static_cast<const uint8_t*>(src), d_offs.get<int64_t>(),
                           d_bytes.get<int32_t>(), int64_t(offs.size())};
@@ -496,7 +496,7 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeLayerWeights& w, Stream stream
             for (int g2 = half; g2 < 16; g2 += 2)
               if (!real13[base + g2]) p13[base + g2] = p13[base + first];
         }
-      L.w13_scale = DeviceBuffer::from(p13);
+      L.w13_scale = DeviceBuffer::from(p13, stream);
       const int64_t KB2 = cdiv(L.I_pad, 128), KB2s = cdiv(S, 128);
       std::vector<float> p2(size_t(L.E_total) * L.NB2 * KB2, 0.0f);
       std::copy(s2.begin(), s2.end(), p2.begin());  // routed: [E, NB2, ceil(I/128)] = KB2 columns
@@ -507,7 +507,7 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeLayerWeights& w, Stream stream
             if (src_kb < KB2s)
               p2[size_t(((int64_t(E) + c) * L.NB2 + nb) * KB2 + kb)] = sh2[size_t(nb * KB2s + src_kb)];
           }
-      L.w2_scale = DeviceBuffer::from(p2);
+      L.w2_scale = DeviceBuffer::from(p2, stream);
     }
     const CUtensorMapDataType tma_t = L.fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
     L.w13_desc = make_tma_2d("MoeLayer: w13", L.w13.get(), tma_t, eb, uint64_t(L.E_total) * rows1,
@@ -528,11 +528,11 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeLayerWeights& w, Stream stream
         if (src >= 0) p13[size_t(e) * rows1 + pr] = b13[size_t(int64_t(e) * 2 * I + src)];
       }
     std::copy(b2.begin(), b2.end(), p2.begin());
-    L.b13 = DeviceBuffer::from(p13);
-    L.b2 = DeviceBuffer::from(p2);
+    L.b13 = DeviceBuffer::from(p13, stream);
+    L.b2 = DeviceBuffer::from(p2, stream);
   }
-  if (w.routing_bias.data) L.routing_bias = DeviceBuffer::from(to_host<float>(w.routing_bias, stream));
-  if (cfg.shared_expert_gate) L.shared_gate = DeviceBuffer::from(to_host<uint16_t>(w.shared_gate, stream));
+  if (w.routing_bias.data) L.routing_bias = DeviceBuffer::from(to_host<float>(w.routing_bias, stream), stream);
+  if (cfg.shared_expert_gate) L.shared_gate = DeviceBuffer::from(to_host<uint16_t>(w.shared_gate, stream), stream);
 
   FMOE_CUDA(cudaStreamSynchronize(stream));
 }

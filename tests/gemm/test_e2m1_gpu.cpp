@@ -64,8 +64,8 @@ TEST(E2M1Gpu, DecodeAndRegisterAWgmma) {
     const std::vector<uint8_t> block = prepare_block(c2, scales);
 
     DeviceBuffer d_block(block.size()), d_x(x.size() * 2), d_out(kTileRows * 16 * 4);
-    FMOE_CUDA(cudaMemcpy(d_block.get(), block.data(), block.size(), cudaMemcpyHostToDevice));
-    FMOE_CUDA(cudaMemcpy(d_x.get(), x.data(), x.size() * 2, cudaMemcpyHostToDevice));
+    d_block.upload(block.data(), block.size());
+    d_x.upload(x.data(), x.size() * 2);
     FMOE_CUDA(cudaMemset(d_out.get(), 0xFF, kTileRows * 16 * 4));  // poison: NaN
     test::launch_e2m1_block_mma(d_block.get<uint8_t>(), d_x.get<uint16_t>(), d_out.get<float>(), nullptr);
     std::vector<float> out(kTileRows * 16);

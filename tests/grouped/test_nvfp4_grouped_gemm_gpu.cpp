@@ -249,7 +249,7 @@ TEST(Nvfp4GroupedGemmGpu, BadOffsetsAreRefusedOrClamped) {
   const Nvfp4GroupedGemm op = d.prepare(p);
   DeviceBuffer c(size_t(p.M) * p.N * 4), ws(op.workspace_size(p.M));
   auto with_offsets = [&](std::vector<int32_t> o, bool validate) {
-    FMOE_CUDA(cudaMemcpy(d.offsets.get(), o.data(), o.size() * 4, cudaMemcpyHostToDevice));
+    d.offsets.upload(o.data(), o.size() * 4);
     Nvfp4GroupedGemmArgs x = d.args(p, c.get(), DType::f32, true);
     x.validate_offsets = validate;
     c.fill(0xFF);

@@ -57,9 +57,9 @@ struct Dev2d {
   void upload(const void* dense) {  // dense [rows, cols]
     for (int64_t r = 0; r < rows; ++r)
       std::memcpy(image.data() + at(r, 0), static_cast<const uint8_t*>(dense) + size_t(r * cols) * eb, size_t(cols) * eb);
-    FMOE_CUDA(cudaMemcpy(buf.get(), image.data(), image.size(), cudaMemcpyHostToDevice));
+    buf.upload(image.data(), image.size());
   }
-  void upload_poison() { FMOE_CUDA(cudaMemcpy(buf.get(), image.data(), image.size(), cudaMemcpyHostToDevice)); }
+  void upload_poison() { buf.upload(image.data(), image.size()); }
   // The device contents: `dense` gets the elements; returns how many bytes outside them differ
   // from `image` (i.e. were written).
   size_t download(std::vector<uint8_t>& dense) const {
