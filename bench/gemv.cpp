@@ -186,6 +186,9 @@ void bench_moe(const Context& ctx, const cli::Args& args, const std::vector<long
     FMOE_CUDA(cudaMemcpy(ds.get<uint8_t>() + e * s_per, ds.get<uint8_t>() + (e % kDistinct) * s_per,
                          size_t(s_per), cudaMemcpyDeviceToDevice));
   }
+  // (cudaMemcpy between device buffers returns before the copy is done, on the legacy stream,
+  // which the bench's non-blocking stream does not wait for)
+  FMOE_CUDA(cudaDeviceSynchronize());
   std::vector<float> hg(static_cast<size_t>(E));
   for (int e = 0; e < E; ++e) hg[size_t(e)] = (1.0f + 0.25f * float(e % 5)) / 64.0f;
   DeviceBuffer dg = DeviceBuffer::from(hg);

@@ -158,6 +158,9 @@ int ProjectionBench::cold_copies(double touched_bytes, int* wanted) {
                          cudaMemcpyDeviceToDevice));
     pool_.push_back(std::move(c));
   }
+  // (device-to-device cudaMemcpy returns before the copy is done, on the legacy stream, which the
+  // bench's non-blocking stream does not wait for)
+  FMOE_CUDA(cudaDeviceSynchronize());
   return copies;
 }
 
