@@ -388,6 +388,20 @@ TEST(LayerGpu, DecodeGemvPathAndTheEngineAtTheSameT) {
   EXPECT_EQ(run.dropped, 2);
   check_gate_up(c, d, g.layer->impl(), run, c.describe() + " repeats, decode GEMVs");
   check_down(c, d, g.layer->impl(), run, c.describe() + " repeats, decode GEMVs");
+  // A token none of whose routes is kept (no shared experts): zeros in y (finalize writes them).
+  const MoeConfig routed = scaled(find_preset("qwen3-30b-a3b"), 256, 128, 16, Precision::nvfp4);
+  for (ReductionMode m : kModes) {
+    LayerCase c2 = make_case(routed, 3, m, LayerRoute::given);
+    LayerData d2 = make_layer_data(c2, 92);
+    const cli::GpuLayer g2 = cli::make_gpu_layer(d2.lw, nullptr);
+    std::vector<int32_t> ids2 = d2.given.ids;
+    for (int j = 0; j < routed.top_k; ++j) ids2[size_t(routed.top_k + j)] = j % 2 ? -1 : 1000;
+    const LayerRun run2 = run_layer(*g2.layer, c2, d2, false, &ids2);
+    const std::string ctx2 = c2.describe() + " token 1 without a kept route, decode GEMVs";
+    EXPECT_EQ(run2.dropped, routed.top_k) << ctx2;
+    for (int n = 0; n < routed.hidden; ++n)
+      ASSERT_EQ(run2.y[size_t(routed.hidden) + n], 0) << ctx2 << " n=" << n;
+  }
 }
 
 TEST(LayerGpu, DecodeGemvKSplitInsideTheCta) {
