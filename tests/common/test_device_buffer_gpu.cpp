@@ -6,7 +6,6 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
-#include <cstdio>
 #include <vector>
 
 #include "common/device_buffer.hpp"
