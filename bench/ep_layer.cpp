@@ -32,7 +32,6 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "bench/registry.hpp"
@@ -116,6 +115,14 @@ void run_ep_layer(const Context& ctx, const cli::Args& args) {
   }
 }
 
+// n values of T at device pointer p, on the host (after the stream's work: the caller synchronizes).
+template <class T>
+std::vector<T> device_to_host(const void* p, size_t n) {
+  std::vector<T> out(n);
+  if (n) FMOE_CUDA(cudaMemcpy(out.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return out;
+}
+
 // A failed check, taken apart on this rank (every rank runs it): after the step that just ran
 // on (a, ws), (1) what arrived against the host plan of every rank's tokens (ep_plan.hpp), (2)
 // the local layer's prepared weights against the single-GPU layer's for the same experts, (3) the
@@ -129,18 +136,13 @@ void diagnose_failed_step(const cli::EpRank& r, const MoeConfig& cfg, const EpMo
   const detail::ExpertPartition part(cfg.num_experts, R);
   const detail::EpStepViews v = detail::ep_step_views(ep, a, ws);
   FMOE_CUDA(cudaStreamSynchronize(stream));
-  auto host = [](const void* p, size_t n, auto* tag) {
-    using T_ = std::remove_pointer_t<decltype(tag)>;
-    std::vector<T_> out(n);
-    if (n) FMOE_CUDA(cudaMemcpy(out.data(), p, n * sizeof(T_), cudaMemcpyDeviceToHost));
-    return out;
-  };
-  const auto counts = host(v.recv_counts, size_t(R), (int32_t*)nullptr);
-  const auto slots = host(v.row_slot, size_t(v.rows), (int32_t*)nullptr);
-  const auto ids = host(v.local_ids, size_t(v.rows) * k, (int32_t*)nullptr);
-  const auto wts = host(v.local_weights, size_t(v.rows) * k, (float*)nullptr);
-  const auto x = a.fp8_rows ? std::vector<uint16_t>() : host(v.x_local, size_t(v.rows) * H, (uint16_t*)nullptr);
-  const auto y_local = host(v.y_local, size_t(v.rows) * H, (uint16_t*)nullptr);
+  const MoeForwardArgs& la = v.local_args;
+  const auto counts = device_to_host<int32_t>(v.recv_counts, size_t(R));
+  const auto slots = device_to_host<int32_t>(v.row_slot, size_t(v.rows));
+  const auto ids = device_to_host<int32_t>(la.topk_ids.data, size_t(v.rows) * k);
+  const auto wts = device_to_host<float>(la.topk_weights.data, size_t(v.rows) * k);
+  const auto x = a.fp8_rows ? std::vector<uint16_t>() : device_to_host<uint16_t>(la.x.data, size_t(v.rows) * H);
+  const auto y_local = device_to_host<uint16_t>(la.y.data, size_t(v.rows) * H);
 
   // (1) What arrived, against the host plan.
   std::string want_counts, got_counts;
@@ -205,20 +207,8 @@ void diagnose_failed_step(const cli::EpRank& r, const MoeConfig& cfg, const EpMo
   }
 
   // (3) The local layer on the rows as they arrived: again (its own workspace) and freshly built.
-  const ReductionMode mode = a.combine == EpCombine::choice_order ? ReductionMode::deterministic : a.mode;
+  const ReductionMode mode = la.mode;
   const int dev = r.child.device, rows = v.rows;
-  MoeForwardArgs la;
-  if (a.fp8_rows) {
-    la.x_fp8 = TensorRef::contiguous(const_cast<void*>(v.x_local), DType::e4m3, {rows, H}, Device::cuda, dev);
-    la.x_fp8_scales = TensorRef::contiguous(const_cast<float*>(v.x_scales), DType::f32,
-                                            {rows, (H + 127) / 128}, Device::cuda, dev);
-  } else {
-    la.x = TensorRef::contiguous(const_cast<void*>(v.x_local), DType::bf16, {rows, H}, Device::cuda, dev);
-  }
-  la.routing_given = true;
-  la.topk_ids = TensorRef::contiguous(const_cast<int32_t*>(v.local_ids), DType::i32, {rows, k}, Device::cuda, dev);
-  la.topk_weights = TensorRef::contiguous(const_cast<float*>(v.local_weights), DType::f32, {rows, k}, Device::cuda, dev);
-  la.mode = mode;
   auto run_local = [&](const MoeLayer& layer) {
     DeviceBuffer yb(size_t(rows) * H * 2), wsb(std::max<size_t>(layer.workspace_size(rows, mode), 256));
     yb.fill(0xFF);
@@ -229,13 +219,11 @@ void diagnose_failed_step(const cli::EpRank& r, const MoeConfig& cfg, const EpMo
     return yb.to_host<uint16_t>();
   };
   const std::vector<uint16_t> again = run_local(*v.local);
-  MoeLayerWeights lw = cli::rank_weights(r.whole.weights, r.first, r.count);
-  for (TensorRef* t : {&lw.shared_w13, &lw.shared_w13_scale, &lw.shared_w13_scale_2, &lw.shared_w2,
-                       &lw.shared_w2_scale, &lw.shared_w2_scale_2, &lw.shared_gate})
-    *t = TensorRef{};
   std::vector<uint16_t> fresh;
   {
-    const MoeLayer built(v.local->config(), lw, reinterpret_cast<Stream>(stream));
+    const MoeLayer built(v.local->config(),
+                         detail::ep_routed_weights(cli::rank_weights(r.whole.weights, r.first, r.count)),
+                         reinterpret_cast<Stream>(stream));
     fresh = run_local(built);
   }
   const bool det = mode == ReductionMode::deterministic;

@@ -286,12 +286,7 @@ EpMoeLayer::EpMoeLayer(const MoeConfig& cfg, const MoeLayerWeights& local_weight
   local.shared_expert_gate = false;
   if (cfg.routing.fn != RoutingFn::sigmoid_top1_on_input) local.routing = RoutingConfig{};
   else local.routing = RoutingConfig{RoutingFn::sigmoid_top1_on_input};
-  MoeLayerWeights routed = local_weights;
-  for (TensorRef* t : {&routed.shared_w13, &routed.shared_w13_scale, &routed.shared_w13_scale_2,
-                       &routed.shared_w2, &routed.shared_w2_scale, &routed.shared_w2_scale_2,
-                       &routed.shared_gate})
-    *t = TensorRef{};
-  L.local = std::make_unique<MoeLayer>(local, routed, stream);
+  L.local = std::make_unique<MoeLayer>(local, detail::ep_routed_weights(local_weights), stream);
   L.row = detail::ep_row_layout(int64_t(L.H) * 2, L.k);
   L.fp8_ok = cfg.activation_precision == Precision::fp8_block &&
              cfg.weight_precision == Precision::fp8_block &&
@@ -410,11 +405,33 @@ void dispatch_chunk(const EpMoeLayer::Impl& L, const EpForwardArgs& a, const EpW
   detail::launch_ep_dispatch(dp, stream);
 }
 
+// The local layer's arguments on chunk `w`: all R * cap rows as they arrived (rows that did not
+// arrive carry only -1 ids, which its drop rule skips; ids are not checked on the host, that would
+// synchronize), into y_local.
+MoeForwardArgs local_args(const EpMoeLayer::Impl& L, const EpForwardArgs& a, const EpWorkspace& w) {
+  const int rows = L.R * w.cap, device = L.comm->device;
+  MoeForwardArgs la;
+  if (w.fp8) {  // the rows arrived quantized: the local layer reads them as they are
+    la.x_fp8 = TensorRef::contiguous(w.x_local, DType::e4m3, {rows, L.H}, Device::cuda, device);
+    la.x_fp8_scales = TensorRef::contiguous(w.x_scales, DType::f32, {rows, (L.H + 127) / 128},
+                                            Device::cuda, device);
+  } else {
+    la.x = TensorRef::contiguous(w.x_local, DType::bf16, {rows, L.H}, Device::cuda, device);
+  }
+  la.routing_given = true;
+  la.topk_ids = TensorRef::contiguous(w.local_ids, DType::i32, {rows, L.k}, Device::cuda, device);
+  la.topk_weights = TensorRef::contiguous(w.local_weights, DType::f32, {rows, L.k}, Device::cuda, device);
+  la.validate_routing = false;
+  la.y = TensorRef::contiguous(w.y_local, DType::bf16, {rows, L.H}, Device::cuda, device);
+  la.mode = local_mode(a.combine, a.mode);
+  return la;
+}
+
 void local_chunk(const EpMoeLayer::Impl& L, const EpForwardArgs& a, const EpWorkspace& w,
                  cudaStream_t stream) {
   using namespace detail;
   const bool choice = a.combine == EpCombine::choice_order;
-  const int rows = L.R * w.cap, device = L.comm->device;
+  const int rows = L.R * w.cap;
 
   // Receive: the local layer's rows and routing, source-major.
   EpReceiveParams rp;
@@ -439,30 +456,15 @@ void local_chunk(const EpMoeLayer::Impl& L, const EpForwardArgs& a, const EpWork
   rp.counters = w.counters;
   launch_ep_receive(rp, stream);
 
-  // The local layer on all R * cap rows (rows that did not arrive carry only -1 ids, which its
-  // drop rule skips); ids are not checked on the host (that would synchronize).
-  const ReductionMode mode = local_mode(a.combine, a.mode);
-  MoeForwardArgs la;
-  if (w.fp8) {  // the rows arrived quantized: the local layer reads them as they are
-    la.x_fp8 = TensorRef::contiguous(w.x_local, DType::e4m3, {rows, L.H}, Device::cuda, device);
-    la.x_fp8_scales = TensorRef::contiguous(w.x_scales, DType::f32, {rows, (L.H + 127) / 128},
-                                            Device::cuda, device);
-  } else {
-    la.x = TensorRef::contiguous(w.x_local, DType::bf16, {rows, L.H}, Device::cuda, device);
-  }
-  la.routing_given = true;
-  la.topk_ids = TensorRef::contiguous(w.local_ids, DType::i32, {rows, L.k}, Device::cuda, device);
-  la.topk_weights = TensorRef::contiguous(w.local_weights, DType::f32, {rows, L.k}, Device::cuda, device);
-  la.validate_routing = false;
-  la.y = TensorRef::contiguous(w.y_local, DType::bf16, {rows, L.H}, Device::cuda, device);
-  la.mode = mode;
+  // The local layer on all R * cap rows.
+  MoeForwardArgs la = local_args(L, a, w);
   la.max_sms = a.local_sms;
   L.local->forward(la, w.local_ws, w.local_ws_bytes, reinterpret_cast<Stream>(stream));
 
   // Results to the rows' slots: each route's fp32 row (the local layer's deterministic rows,
   // where its finalize reads them) or each row's bf16 sum (its y).
   LayerWorkspace lws;
-  layer_workspace_layout(L.local->impl(), rows, mode, w.local_ws, &lws);
+  layer_workspace_layout(L.local->impl(), rows, la.mode, w.local_ws, &lws);
   EpReturnParams ret;
   ret.R = L.R;
   ret.k = L.k;
@@ -579,6 +581,15 @@ EpExchanges ep_check_forward(const EpMoeLayer& layer, const EpForwardArgs& a, vo
   return exchanges_of(L, a.combine, w);
 }
 
+MoeLayerWeights ep_routed_weights(const MoeLayerWeights& local_weights) {
+  MoeLayerWeights routed = local_weights;
+  for (TensorRef* t : {&routed.shared_w13, &routed.shared_w13_scale, &routed.shared_w13_scale_2,
+                       &routed.shared_w2, &routed.shared_w2_scale, &routed.shared_w2_scale_2,
+                       &routed.shared_gate})
+    *t = TensorRef{};
+  return routed;
+}
+
 EpStepViews ep_step_views(const EpMoeLayer& layer, const EpForwardArgs& a, void* workspace) {
   const EpMoeLayer::Impl& L = layer.impl();
   const EpWorkspace w = single_chunk(L, a, workspace);
@@ -586,11 +597,7 @@ EpStepViews ep_step_views(const EpMoeLayer& layer, const EpForwardArgs& a, void*
   v.rows = L.R * w.cap;
   v.recv_counts = w.recv_counts;
   v.row_slot = w.row_slot;
-  v.local_ids = w.local_ids;
-  v.local_weights = w.local_weights;
-  v.x_local = w.x_local;
-  v.x_scales = w.x_scales;
-  v.y_local = w.y_local;
+  v.local_args = local_args(L, a, w);
   v.local = L.local.get();
   return v;
 }

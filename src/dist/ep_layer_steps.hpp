@@ -44,20 +44,20 @@ void ep_combine(const EpMoeLayer& layer, const EpForwardArgs& args, void* worksp
                 cudaStream_t stream);
 
 /// Where an unchunked step's local part sits in `workspace` on this rank (the bench's failure
-/// diagnostics read them after a forward): the rows that arrived, as the local layer got them, and
-/// its output.
+/// diagnostics read them after a forward): what arrived, and the local layer's call on it.
 struct EpStepViews {
-  int rows = 0;                           ///< R * cap: the local layer's rows
-  const int32_t* recv_counts = nullptr;   ///< [R]
-  const int32_t* row_slot = nullptr;      ///< [rows] s * cap + i, or -1
-  const int32_t* local_ids = nullptr;     ///< [rows, k]
-  const float* local_weights = nullptr;   ///< [rows, k]
-  const void* x_local = nullptr;          ///< [rows, H] bf16 (bf16 rows) or fp8 codes
-  const float* x_scales = nullptr;        ///< fp8 rows: [rows, ceil(H / 128)]
-  const void* y_local = nullptr;          ///< [rows, H] bf16: the local layer's y
-  const MoeLayer* local = nullptr;        ///< the local layer (this rank's experts)
+  int rows = 0;                          ///< R * cap: the local layer's rows
+  const int32_t* recv_counts = nullptr;  ///< [R]
+  const int32_t* row_slot = nullptr;     ///< [rows] s * cap + i, or -1
+  MoeForwardArgs local_args;             ///< x (bf16) or x_fp8 + scales, the routing, y: as the
+                                         ///< step passes them (max_sms aside)
+  const MoeLayer* local = nullptr;       ///< the local layer (this rank's experts)
 };
 EpStepViews ep_step_views(const EpMoeLayer& layer, const EpForwardArgs& args, void* workspace);
+
+/// The local layer's weights from the rank's: without the shared experts' (they run as a
+/// one-expert layer of their own).
+MoeLayerWeights ep_routed_weights(const MoeLayerWeights& local_weights);
 
 /// A communicator without NCCL for the simulation above: rank `rank` of `num_ranks` on the
 /// current device. EpMoeLayer::forward refuses it (it has nothing to send with).
