@@ -102,6 +102,9 @@ struct GroupedGemmParams {
   float* split_partials;        // [kMaxSplit, kSplitMaxTiles, 256 threads x BLOCK_T / 2]
   int32_t* split_counters;      // [kSplitMaxTiles]
   int prefetch_units;           // L2 prefetch of the weights expected first (0: off)
+  int narrow_tails = 1;         // token tiles whose routes fit a half / a quarter of BLOCK_T run
+                                // narrower wgmmas (fp8 and e2m1 weights as M: TileWidth,
+                                // sm90_gemm_mainloop.cuh); 0: every tile at full width
 };
 
 /// The output row that prepared row r of a paired_rows weight tile holds: in each 16, rows r < 8

@@ -19,6 +19,8 @@
 
 #include <cuda/ptx>
 
+#include <type_traits>
+
 #include "common/ptx/sm90_ptx.cuh"
 #include "common/ptx/wgmma_bf16.cuh"
 #include "common/ptx/wgmma_bf16_rs.cuh"
@@ -164,6 +166,61 @@ struct RowLoader<Cfg, GemmRows::tma> {
 };
 
 // ---- MMA policies -----------------------------------------------------------------------------
+// Narrow tail tiles. An expert's last token tile is padded to BLOCK_T columns; where its routes
+// fill at most a half (a quarter) of them, the weights-as-M policies run wgmma with N = BLOCK_T / 2
+// (/ 4) on the first columns. The other accumulators keep the zeros the tile started with and
+// their columns are absent, which every epilogue skips. At BLOCK_T = 128 an expert with 1.5 token
+// tiles of routes on average (qwen3-30b-a3b at T = 2048) pays a half-empty tile in half of its
+// experts. Measured on H100 against the same binary at full width (docs/performance.md, session
+// 27): qwen3.5-35b-a3b's fp8 down GEMM 6.5% / 3.0% faster at T = 2048 / 8192, the NVFP4 down
+// GEMMs 3-5%, the contest's NVFP4 grouped GEMM 1% (geomean). Against the code before (one k-loop):
+// the fp8 GEMMs -1..-6%, but the e2m1 k-loop with the width in it lost 1-6% at full width, so
+// the contest op is 2.3% slower (geomean) and the NVFP4 layer at T = 2048 1.4% faster.
+// Left at full width, measured or not:
+// - tokens as M: a consumer whose 64 tokens were all absent skipped its wgmmas. deepseek-v3's
+//   T = 8192 gate/up GEMM ran 1.28x slower and qwen3-30b-a3b's T = 2048 one 1.07x (the
+//   projection 2-3% faster). Probably the L2 reuse of the static round robin: the token tiles of
+//   one weight tile run side by side on neighbouring CTAs and share its k-blocks in L2 while they
+//   stay in step; a tile that finishes early moves its CTA ahead of its neighbours for good.
+// - bf16 weights: not measured (compute-bound at prefill, where that drift would cost most).
+// - the fp8 two-wave swiglu tile with weights as M: its consumers sit at their register budget
+//   (Mma's note), and the narrow variants made ptxas spill 196 bytes. The layer runs that tile
+//   only where tokens as M cannot (a gate/up with more than two scales per wave).
+// The width is chosen once per tile and the skeleton compiles a whole k-loop per width: chosen
+// per stage from a value ptxas could not prove warp-uniform, it moved the ring's barrier addresses
+// out of uniform registers (and the deepseek-v3 T = 8192 gate/up ran 1.30x slower).
+template <class Cfg>
+struct TileWidth {
+  static constexpr bool kNarrow = Cfg::BLOCK_T >= 64 && !Cfg::kTokensM &&
+                                  Cfg::kWeights != GemmWeights::bf16 &&
+                                  !(Cfg::kFp8 && Cfg::kWaves == 2 && Cfg::kGroupScales);
+  // log2(BLOCK_T / N) for a tile of nrows real columns, broadcast from lane 0 so that ptxas
+  // knows it is the same in the whole warp.
+  __device__ static int shift(const GroupedGemmParams& p, int nrows) {
+    static_assert(kNarrow, "full-width configs run the k-loop without a width");
+    if (!p.narrow_tails) return 0;
+    const int sh = nrows <= Cfg::BLOCK_T / 4 ? 2 : nrows <= Cfg::BLOCK_T / 2 ? 1 : 0;
+    return __shfl_sync(0xffffffffu, sh, 0);
+  }
+  // Calls f(std::integral_constant<int, shift>): one compiled variant per width.
+  template <class F>
+  __device__ __forceinline__ static void dispatch(int sh, F&& f) {
+    if constexpr (kNarrow) {
+      if (sh == 2) return f(std::integral_constant<int, 2>{});
+      if (sh == 1) return f(std::integral_constant<int, 1>{});
+    }
+    f(std::integral_constant<int, 0>{});
+  }
+};
+
+// The first n of a fragment's registers, as the fragment of a narrower wgmma (its layout is the
+// wider one's first columns).
+template <int n, int m>
+__device__ __forceinline__ float (&first_regs(float (&d)[m]))[n] {
+  static_assert(n <= m, "a narrower fragment");
+  return *reinterpret_cast<float (*)[n]>(&d[0]);
+}
+
 // Accumulator fragment of a consumer warpgroup in one wave (64 weight rows x BLOCK_T columns), per
 // thread: acc[w][4b + 2r + h] is row 16 * warp + lane / 4 + 8 r of its 64 in wave w, column
 // 8 b + 2 (lane % 4) + h.
@@ -184,14 +241,24 @@ struct Mma<Cfg, true> {
   static constexpr bool kPipelined = false;  // one stage at a time: stage()
   static constexpr int kSteps = Cfg::BLOCK_K / 32 / Cfg::kScaleBlocks;  // k32 wgmmas per block
   static constexpr int kCols = Cfg::BLOCK_T / 8;  // this thread's column pairs
-  float part[Cfg::kAccRegs];  // (64 rows, BLOCK_T cols) for one scale block, before scaling
+  float part_full[Cfg::kAccRegs];  // (64 rows, BLOCK_T cols) for one scale block, before scaling
 
   __device__ void finish(const GroupedGemmParams&, const Segment&,
                          float (&)[Cfg::kWaves][Cfg::kAccRegs], int, int) {}
 
+  // One k-stage at width BLOCK_T >> kShift (TileWidth).
+  template <int kShift = 0>
   __device__ void stage(const typename Cfg::Stage& st, float (&acc)[Cfg::kWaves][Cfg::kAccRegs],
                         int wgc, int tid, uint64_t* empty) {
-    using W = ptx::WgmmaFp8<Cfg::BLOCK_T>;
+    constexpr int N = Cfg::BLOCK_T >> kShift, kRegs = N / 2, kColsN = kCols >> kShift;
+    using W = ptx::WgmmaFp8<N>;
+    // (64 rows, N cols) for one scale block, before scaling. The narrow widths have registers of
+    // their own: one array shared by wgmmas of several widths made ptxas serialize them (C7511);
+    // the full width keeps a member (a local one made the two-wave swiglu consumer spill 300 bytes).
+    float part_narrow[kShift > 0 ? kRegs : 1];
+    float(&part)[kRegs] = [&]() -> float(&)[kRegs] {
+      if constexpr (kShift > 0) return part_narrow; else return part_full;
+    }();
     const int warp = tid / 32, lane = tid % 32;
     const uint64_t desc_a = ptx::smem_desc_k128b(st.a);
 #pragma unroll
@@ -200,7 +267,7 @@ struct Mma<Cfg, true> {
 #pragma unroll
       for (int blk = 0; blk < Cfg::kScaleBlocks; ++blk) {
 #pragma unroll
-        for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(part[i]);
+        for (int i = 0; i < kRegs; ++i) ptx::fence_operand(part[i]);
         ptx::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kSteps; ++kk)  // 32 bytes of K = 2 in descriptor units
@@ -214,10 +281,10 @@ struct Mma<Cfg, true> {
         auto col_scales = [&](int b) {
           return *reinterpret_cast<const float2*>(&st.sa[blk][8 * b + 2 * (lane % 4)]);
         };
-        float2 sa[kEarly ? kCols : 1];
+        float2 sa[kEarly ? kColsN : 1];
         if constexpr (kEarly) {
 #pragma unroll
-          for (int b = 0; b < kCols; ++b) sa[b] = col_scales(b);
+          for (int b = 0; b < kColsN; ++b) sa[b] = col_scales(b);
         }
         float sb_a, sb_b;
         if constexpr (Cfg::kGroupScales) {
@@ -228,11 +295,11 @@ struct Mma<Cfg, true> {
         }
         ptx::wgmma_wait<0>();
 #pragma unroll
-        for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(part[i]);
+        for (int i = 0; i < kRegs; ++i) ptx::fence_operand(part[i]);
         const bool last = wave == Cfg::kWaves - 1 && blk == Cfg::kScaleBlocks - 1;
         if (kEarly && last) cuda::ptx::mbarrier_arrive(empty);
 #pragma unroll
-        for (int b = 0; b < kCols; ++b) {
+        for (int b = 0; b < kColsN; ++b) {
           const float2 sab = kEarly ? sa[kEarly ? b : 0] : col_scales(b);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
@@ -372,16 +439,17 @@ struct MmaE2M1 {
     e2m1::decode_fragments(st.w + wave * e2m1::kBlockBytes, 128 * wgc + tid, frag[kBuf]);
   }
 
-  template <int kBuf, int kWave>
+  template <int kBuf, int kWave, int kShift = 0>
   __device__ void issue(const typename Cfg::Stage& st, float (&acc)[Cfg::kWaves][Cfg::kAccRegs]) {
-    using W = ptx::WgmmaBf16RegA<Cfg::BLOCK_T>;
+    constexpr int N = Cfg::BLOCK_T >> kShift;  // TileWidth
+    using W = ptx::WgmmaBf16RegA<N>;
     const uint64_t desc_a = ptx::smem_desc_k128b(st.a);  // the activations: wgmma's B
 #pragma unroll
     for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(acc[kWave][i]);
     ptx::wgmma_fence();
 #pragma unroll
     for (int step = 0; step < e2m1::kSteps; ++step)  // k16 = 32 bytes = 2 descriptor units
-      W::mma(frag[kBuf][step], desc_a + 2 * step, acc[kWave], 1);
+      W::mma(frag[kBuf][step], desc_a + 2 * step, first_regs<N / 2>(acc[kWave]), 1);
     ptx::wgmma_commit();
   }
 

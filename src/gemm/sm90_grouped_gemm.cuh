@@ -241,53 +241,110 @@ __device__ void consume(const GroupedGemmParams& p, typename Cfg::SharedStorage&
       wait_barrier(&ss.full[stage.idx], stage.phase);
       if constexpr (Cfg::kRows == GemmRows::gathered) cptx::fence_proxy_async(cptx::space_shared);
     };
-    if constexpr (Mma_t::kPipelined) {
-      mma.begin(p, m.seg, wgc, tid);  // what finish() reads from global memory, early
-      // Units (stage, wave) in order, the next one decoded while this one's wgmmas run (MmaE2M1);
-      // unit u's fragments in buffer u % 2, so the loop is unrolled until the buffers come round.
-      using I0 = std::integral_constant<int, 0>;
-      using I1 = std::integral_constant<int, 1>;
-      auto unit = [&](auto buf, auto wave, int kb) {
-        constexpr int b = decltype(buf)::value, w = decltype(wave)::value;
-        mma.template issue<b, w>(ss.stages[stage.idx], acc);
-        uint64_t* empty = nullptr;
-        if constexpr (w + 1 < Cfg::kWaves) {
-          mma.template decode<1 - b>(ss.stages[stage.idx], w + 1, wgc, tid);
-        } else {  // the stage's last unit: hand it back after its wgmmas, decode the next stage
-          empty = &ss.empty[stage.idx];
-          stage.advance();
-          if (kb + 1 < kb1) {
+    if constexpr (TileWidth<Cfg>::kNarrow) {
+      // The tile's width (TileWidth: narrow tail tiles), one compiled k-loop per width.
+      const int shift = TileWidth<Cfg>::shift(p, m.seg.nrows);
+      if constexpr (Mma_t::kPipelined) {
+        mma.begin(p, m.seg, wgc, tid);  // what finish() reads from global memory, early
+        TileWidth<Cfg>::dispatch(shift, [&](auto sh) {
+          constexpr int kShift = decltype(sh)::value;
+          // As below, with the width.
+          using I0 = std::integral_constant<int, 0>;
+          using I1 = std::integral_constant<int, 1>;
+          auto unit = [&](auto buf, auto wave, int kb) {
+            constexpr int b = decltype(buf)::value, w = decltype(wave)::value;
+            mma.template issue<b, w, kShift>(ss.stages[stage.idx], acc);
+            uint64_t* empty = nullptr;
+            if constexpr (w + 1 < Cfg::kWaves) {
+              mma.template decode<1 - b>(ss.stages[stage.idx], w + 1, wgc, tid);
+            } else {
+              empty = &ss.empty[stage.idx];
+              stage.advance();
+              if (kb + 1 < kb1) {
+                wait_full();
+                mma.template decode<1 - b>(ss.stages[stage.idx], 0, wgc, tid);
+              }
+            }
+            mma.template retire<b, w>(acc, empty);
+          };
+          if (kb0 < kb1) {
             wait_full();
-            mma.template decode<1 - b>(ss.stages[stage.idx], 0, wgc, tid);
+            mma.template decode<0>(ss.stages[stage.idx], 0, wgc, tid);
+            for (int kb = kb0;;) {
+              if constexpr (Cfg::kWaves == 2) {
+                unit(I0{}, I0{}, kb);
+                unit(I1{}, I1{}, kb);
+              } else {
+                unit(I0{}, I0{}, kb);
+                if (++kb == kb1) break;
+                unit(I1{}, I0{}, kb);
+              }
+              if (++kb == kb1) break;
+            }
           }
-        }
-        mma.template retire<b, w>(acc, empty);
-      };
-      if (kb0 < kb1) {
-        wait_full();
-        mma.template decode<0>(ss.stages[stage.idx], 0, wgc, tid);
-        for (int kb = kb0;;) {
-          if constexpr (Cfg::kWaves == 2) {
-            unit(I0{}, I0{}, kb);
-            unit(I1{}, I1{}, kb);
-          } else {
-            unit(I0{}, I0{}, kb);
-            if (++kb == kb1) break;
-            unit(I1{}, I0{}, kb);
+        });
+      } else {
+        TileWidth<Cfg>::dispatch(shift, [&](auto sh) {
+          for (int kb = kb0; kb < kb1; ++kb) {
+            wait_full();
+            mma.template stage<decltype(sh)::value>(ss.stages[stage.idx], acc, wgc, tid,
+                                                    &ss.empty[stage.idx]);
+            stage.advance();
           }
-          if (++kb == kb1) break;
-        }
+        });
       }
     } else {
-      for (int kb = kb0; kb < kb1; ++kb) {
-        wait_full();
-        // The MMA hands the stage back (arrives on its empty barrier) as soon as every read of it
-        // (wgmma, scales) is done, before its promotion. Each thread arrives for its own reads
-        // (release): one arrival per warp after __syncwarp orders the other lanes' reads only
-        // through cumulativity, which compute-sanitizer's racecheck does not follow (it reported
-        // the producer's next cp.async into the scale slots as a WAR hazard).
-        mma.stage(ss.stages[stage.idx], acc, wgc, tid, &ss.empty[stage.idx]);
-        stage.advance();
+      // Full-width configs: the k-loop written out once more, without the width, so that their
+      // code stays what it was before narrow tiles (measured; ptxas scheduled the single-width
+      // lambda differently).
+      if constexpr (Mma_t::kPipelined) {
+        mma.begin(p, m.seg, wgc, tid);  // what finish() reads from global memory, early
+        // Units (stage, wave) in order, the next one decoded while this one's wgmmas run (MmaE2M1);
+        // unit u's fragments in buffer u % 2, so the loop is unrolled until the buffers come round.
+        using I0 = std::integral_constant<int, 0>;
+        using I1 = std::integral_constant<int, 1>;
+        auto unit = [&](auto buf, auto wave, int kb) {
+          constexpr int b = decltype(buf)::value, w = decltype(wave)::value;
+          mma.template issue<b, w>(ss.stages[stage.idx], acc);
+          uint64_t* empty = nullptr;
+          if constexpr (w + 1 < Cfg::kWaves) {
+            mma.template decode<1 - b>(ss.stages[stage.idx], w + 1, wgc, tid);
+          } else {  // the stage's last unit: hand it back after its wgmmas, decode the next stage
+            empty = &ss.empty[stage.idx];
+            stage.advance();
+            if (kb + 1 < kb1) {
+              wait_full();
+              mma.template decode<1 - b>(ss.stages[stage.idx], 0, wgc, tid);
+            }
+          }
+          mma.template retire<b, w>(acc, empty);
+        };
+        if (kb0 < kb1) {
+          wait_full();
+          mma.template decode<0>(ss.stages[stage.idx], 0, wgc, tid);
+          for (int kb = kb0;;) {
+            if constexpr (Cfg::kWaves == 2) {
+              unit(I0{}, I0{}, kb);
+              unit(I1{}, I1{}, kb);
+            } else {
+              unit(I0{}, I0{}, kb);
+              if (++kb == kb1) break;
+              unit(I1{}, I0{}, kb);
+            }
+            if (++kb == kb1) break;
+          }
+        }
+      } else {
+        for (int kb = kb0; kb < kb1; ++kb) {
+          wait_full();
+          // The MMA hands the stage back (arrives on its empty barrier) as soon as every read of it
+          // (wgmma, scales) is done, before its promotion. Each thread arrives for its own reads
+          // (release): one arrival per warp after __syncwarp orders the other lanes' reads only
+          // through cumulativity, which compute-sanitizer's racecheck does not follow (it reported
+          // the producer's next cp.async into the scale slots as a WAR hazard).
+          mma.stage(ss.stages[stage.idx], acc, wgc, tid, &ss.empty[stage.idx]);
+          stage.advance();
+        }
       }
     }
     mma.finish(p, m.seg, acc, wgc, tid);  // per-row factors the k-stages left out (e2m1)

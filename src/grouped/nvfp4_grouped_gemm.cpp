@@ -302,6 +302,7 @@ void Nvfp4GroupedGemm::run(const Nvfp4GroupedGemmArgs& a, void* workspace, size_
   pp.c_row_bytes = int64_t(N) * int64_t(dtype_bytes(a.c.dtype));
 
   GroupedGemmParams g{};
+  g.narrow_tails = knobs().narrow_tails;
   g.w_blocks = I.blocks.get<uint8_t>();
   g.row_scale = I.row_scale.get<float>();
   g.n_rows = I.NB * 128;

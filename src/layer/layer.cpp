@@ -642,6 +642,7 @@ void fill_gemm_common(GroupedGemmParams& g, const MoeLayer::Impl& L, const Layer
   g.R = T * L.k_total;
   g.static_tiles = static_tiles;
   g.prefetch_units = knobs().prefetch_units;
+  g.narrow_tails = knobs().narrow_tails;
 }
 
 }  // namespace

@@ -302,6 +302,7 @@ MoeFp8Plan plan_moe_fp8_projection(const MoeFp8ProjectionArgs& a, void* workspac
   gp.static_tiles = decode_static;
   plan.schedule.static_tiles = decode_static;
   gp.prefetch_units = knobs().prefetch_units;
+  gp.narrow_tails = knobs().narrow_tails;
 
   FinalizeParams& fp = plan.finalize;
   fp.deterministic = det;

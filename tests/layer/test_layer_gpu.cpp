@@ -1,8 +1,9 @@
 // The whole MoE layer on the GPU (MoeLayer) against the three oracles of layer_test_util.hpp:
 // every preset's routing, activation and shared experts (shrunk, and a few at full size), FP8 and
 // BF16 weights, T in {0, 1, 5, 128, 300, 3000}, hot-expert and caller-given routing, both
-// reduction modes, odd sizes (I not a multiple of 64, H not a multiple of 128, a shared MLP in
-// several chunks), CUDA-graph replays, and bad ids dropped the same way by every schedule path.
+// reduction modes, tail tiles at every width, odd sizes (I not a multiple of 64, H not a multiple
+// of 128, a shared MLP in several chunks), CUDA-graph replays, and bad ids dropped the same way
+// by every schedule path.
 #include <cuda_runtime_api.h>
 
 #include "tests/layer/layer_test_util.hpp"
@@ -211,6 +212,70 @@ TEST(LayerGpu, EveryCompiledLayerConfigRuns) {
                                                                   : Precision::fp8_block;
     const MoeConfig cfg = scaled(find_preset("qwen3-30b-a3b"), 256, 256, 8, p);
     for (ReductionMode m : kModes) run_case(make_case(cfg, 90, m), 1, false);  // ~90 rows per expert
+  }
+}
+
+TEST(LayerGpu, NarrowTailTilesAtEveryWidth) {
+  // An expert's last token tile runs at a half or a quarter of BLOCK_T when its routes fit
+  // (TileWidth, sm90_gemm_mainloop.cuh: fp8 and NVFP4 weights as wgmma's M side; the other
+  // configs run every tile at full width and are checked here too). Caller-given routing puts 1,
+  // 16, 17, 20, 32, 33, 64, 65, 100, 127, 128, 129, 160, 161, 192, 193, 288 and ~60 routes on the
+  // experts (seeded order), so every BLOCK_T = 64 and 128 config meets tails at, just above and
+  // below each width; each config forced in turn, both modes, narrowing on and off
+  // (FMOE_NARROW_TAILS), both GEMMs against their oracles.
+  FMOE_SKIP_WITHOUT_GPU();
+  const int T = 320, E = 32, k = 8;
+  std::vector<int> counts = {0, 1, 16, 17, 20, 32, 33, 64, 65, 100, 127, 128, 129, 160, 161, 192, 193, 288};
+  int sum = 0;
+  for (int c : counts) sum += c;
+  const int fill = (T * k - sum) / (E - int(counts.size()));  // the other experts, ~60 each
+  while (int(counts.size()) < E - 1) {
+    counts.push_back(fill);
+    sum += fill;
+  }
+  for (int i = 0; i < int(detail::GemmConfigId::count); ++i) {
+    const detail::GemmConfigInfo ci = detail::gemm_config_info(detail::GemmConfigId(i));
+    if (ci.block_t < 64) continue;
+    if (ci.rows == detail::GemmRows::gathered && ci.epilogue == detail::GemmEpilogue::combine)
+      continue;  // the projection's configs: tests/moe
+    const Precision p = ci.weights == detail::GemmWeights::bf16   ? Precision::bf16
+                        : ci.weights == detail::GemmWeights::e2m1 ? Precision::nvfp4
+                                                                  : Precision::fp8_block;
+    const MoeConfig cfg = scaled(find_preset("qwen3-30b-a3b"), 256, 256, E, p);
+    ASSERT_EQ(cfg.top_k, k);
+    ASSERT_LE(sum, T * k);
+    std::vector<int> c = counts;
+    c.push_back(T * k - sum);  // the last expert takes the rest
+    ASSERT_LE(c.back(), T);
+    const uint64_t seed = seeds_for(hash_ints({i, T, E})).back();
+    // Expert labels in a seeded order; route j of token t is entry j * T + t of the experts'
+    // runs laid end to end, so a token never repeats an expert (every run is at most T long).
+    std::vector<int> label(static_cast<size_t>(E));
+    for (int e = 0; e < E; ++e) label[size_t(e)] = e;
+    uint64_t h = seed;
+    for (int e = E - 1; e > 0; --e) {
+      h = ref::splitmix64(h);
+      std::swap(label[size_t(e)], label[size_t(h % uint64_t(e + 1))]);
+    }
+    std::vector<int32_t> runs;
+    for (int e = 0; e < E; ++e) runs.insert(runs.end(), size_t(c[size_t(e)]), label[size_t(e)]);
+    std::vector<int32_t> ids(size_t(T) * k);
+    for (int t = 0; t < T; ++t)
+      for (int j = 0; j < k; ++j) ids[size_t(t) * k + j] = runs[size_t(j) * T + t];
+    detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, ci.name);
+    for (bool narrow : {true, false})  // FMOE_NARROW_TAILS=0: every tile at full width
+    for (ReductionMode m : kModes) {
+      detail::ScopedKnob<bool> tails(&detail::Knobs::narrow_tails, narrow);
+      const LayerCase lc = make_case(cfg, T, m, LayerRoute::given);
+      const LayerData d = make_layer_data(lc, seed);
+      const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+      const LayerRun run = run_layer(*g.layer, lc, d, /*validate=*/true, &ids);
+      const std::string ctx = lc.describe() + " " + ci.name + (narrow ? "" : " full width") +
+                              strf(" seed %llu", (unsigned long long)seed);
+      EXPECT_EQ(run.dropped, 0) << ctx;
+      check_gate_up(lc, d, g.layer->impl(), run, ctx);
+      check_down(lc, d, g.layer->impl(), run, ctx);
+    }
   }
 }
 
