@@ -40,7 +40,8 @@ WeightSet random_weights(Precision p, int E, int N, int K, uint64_t seed, uint64
 // GEMM1 -> bias -> activation -> bf16 -> quantize -> GEMM2 -> bias: double [rows, H].
 std::vector<double> expert_mlp(const MoeConfig& cfg, const WeightSet& w13, const WeightSet& w2,
                                const float* b13, const float* b2, const std::vector<float>& a,
-                               const std::vector<int32_t>& offsets) {
+                               const std::vector<int32_t>& offsets, int h_block) {
+  FMOE_REQUIRE(h_block == 64 || h_block == 128, "ref::expert_mlp: h_block=%d must be 64 or 128", h_block);
   const int rows = int(offsets.back());
   const int H = w13.K, I2 = w13.N, I = I2 / 2;
   const ActRows acts1 = make_acts(cfg.activation_precision, a.data(), rows, H);
@@ -52,12 +53,12 @@ std::vector<double> expert_mlp(const MoeConfig& cfg, const WeightSet& w13, const
         gate_up[size_t(r) * I2 + n] =
             float(g1.value[size_t(r) * I2 + n] + (b13 ? double(b13[int64_t(e) * I2 + n]) : 0.0));
   activation(cfg.activation, gate_up.data(), rows, I, h.data());
-  // The intermediate: fp8 is quantized from the fp32 activation per 64 columns (GEMM 1's epilogue
-  // holds 64 intermediate values of a route per tile and quantizes them in registers); bf16 (and
-  // nvfp4's bf16 activations) is rounded to bf16.
+  // The intermediate: fp8 is quantized from the fp32 activation per h_block columns (GEMM 1's
+  // epilogue holds 64, or with two-wave tiles 128, intermediate values of a route per tile and
+  // quantizes them in registers); bf16 (and nvfp4's bf16 activations) is rounded to bf16.
   if (cfg.activation_precision != Precision::fp8_block)
     for (float& v : h) v = fmt::round_to_bf16(v);
-  const ActRows acts2 = make_acts(cfg.activation_precision, h.data(), rows, I, 0.0f, 64);
+  const ActRows acts2 = make_acts(cfg.activation_precision, h.data(), rows, I, 0.0f, h_block);
   const GemmResult g2 = grouped_gemm(acts2, w2, offsets.data(), false);
   std::vector<double> out(g2.value);
   if (b2)
@@ -96,13 +97,13 @@ LayerWeights make_random_layer(const MoeConfig& cfg, uint64_t seed, const Progre
 }
 
 void mlp(const MoeConfig& cfg, const WeightSet& w13, const WeightSet& w2, const float* b13,
-         const float* b2, const float* x, int T, std::vector<float>& out) {
+         const float* b2, const float* x, int T, std::vector<float>& out, int h_block) {
   const std::vector<float> a(x, x + int64_t(T) * w13.K);
-  const std::vector<double> o = expert_mlp(cfg, w13, w2, b13, b2, a, {0, T});
+  const std::vector<double> o = expert_mlp(cfg, w13, w2, b13, b2, a, {0, T}, h_block);
   out.assign(o.begin(), o.end());
 }
 
-LayerResult moe_layer(const LayerWeights& lw, const float* x, const float* logits, int T) {
+LayerResult moe_layer(const LayerWeights& lw, const float* x, const float* logits, int T, int h_block) {
   const MoeConfig& cfg = lw.cfg;
   const int H = cfg.hidden, E = cfg.num_experts, k = cfg.top_k;
   FMOE_REQUIRE(T >= 0, "ref::moe_layer: T=%d", T);
@@ -125,7 +126,7 @@ LayerResult moe_layer(const LayerWeights& lw, const float* x, const float* logit
   }
   const std::vector<double> o =
       expert_mlp(cfg, lw.w13, lw.w2, lw.b13.empty() ? nullptr : lw.b13.data(),
-                 lw.b2.empty() ? nullptr : lw.b2.data(), a, perm.offsets);
+                 lw.b2.empty() ? nullptr : lw.b2.data(), a, perm.offsets, h_block);
 
   // Weighted combine in route order, then the shared MLP, then one bf16 rounding.
   std::vector<double> y(size_t(T) * H, 0.0);
@@ -133,7 +134,7 @@ LayerResult moe_layer(const LayerWeights& lw, const float* x, const float* logit
           H, y.data());
   if (cfg.num_shared_experts > 0) {
     std::vector<float> shared;
-    mlp(cfg, lw.shared_w13, lw.shared_w2, nullptr, nullptr, x, T, shared);
+    mlp(cfg, lw.shared_w13, lw.shared_w2, nullptr, nullptr, x, T, shared, h_block);
     for (int t = 0; t < T; ++t) {
       double gate = 1.0;
       if (cfg.shared_expert_gate) {

@@ -234,22 +234,23 @@ struct LayerResult {
 
 /// The layer, stage by stage (docs/design.md has the data path):
 ///   route -> per route: a = x (or bf16(x*w) for weights on the input), quantized -> GEMM1 ->
-///   + b13 -> activation (fp32) -> quantized (fp8: per 64 columns from fp32, as the GPU
-///   epilogue does; bf16: rounded) -> GEMM2 -> + b2 -> weighted sum over the k routes + shared
-///   MLP (* sigmoid gate) -> bf16.
+///   + b13 -> activation (fp32) -> quantized (fp8: per h_block columns from fp32, as the GPU
+///   epilogue does: 64, or 128 where the GPU layer's plan says so; bf16: rounded) -> GEMM2 -> + b2
+///   -> weighted sum over the k routes + shared MLP (* sigmoid gate) -> bf16.
 /// x: [T, H] bf16-valued floats; logits: [T, E] fp32.
-LayerResult moe_layer(const LayerWeights& lw, const float* x, const float* logits, int T);
+LayerResult moe_layer(const LayerWeights& lw, const float* x, const float* logits, int T,
+                      int h_block = 64);
 
 /// Rows of `a` (bf16-valued floats, already in expert order), grouped by `offsets` [E + 1], through
-/// GEMM 1 -> + b13 -> activation -> quantize (fp8 per 64 / bf16) -> GEMM 2 -> + b2: double
+/// GEMM 1 -> + b13 -> activation -> quantize (fp8 per h_block / bf16) -> GEMM 2 -> + b2: double
 /// [rows, H]. The routed-expert chain of moe_layer, shared with the EP reference (ref/ep.cpp).
 std::vector<double> expert_mlp(const MoeConfig& cfg, const WeightSet& w13, const WeightSet& w2,
                                const float* b13, const float* b2, const std::vector<float>& a,
-                               const std::vector<int32_t>& offsets);
+                               const std::vector<int32_t>& offsets, int h_block = 64);
 
 /// One dense SwiGLU MLP on rows of x (the shared expert path), fp32 outputs [T, H] (unrounded).
 void mlp(const MoeConfig& cfg, const WeightSet& w13, const WeightSet& w2, const float* b13,
-         const float* b2, const float* x, int T, std::vector<float>& out);
+         const float* b2, const float* x, int T, std::vector<float>& out, int h_block = 64);
 
 // ================================================================================================
 // The layer split over R ranks by experts (issue 13; the plan: src/dist/ep_plan.hpp).

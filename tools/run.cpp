@@ -160,6 +160,7 @@ struct DeviceMemory {
 struct GpuLayerRun {
   std::vector<uint16_t> y_first, y_last;
   DeviceMemory memory;
+  int h_block = 64;  // fp8: the intermediate's scale block the plan chose (the reference matches it)
 };
 
 GpuLayerRun run_layer_gpu(const MoeConfig& cfg, int T, const std::string& mode,
@@ -195,6 +196,7 @@ GpuLayerRun run_layer_gpu(const MoeConfig& cfg, int T, const std::string& mode,
   wait_or_die(stream, 60, "MoeLayer::forward (first call)");
   r.memory.sample();
   r.y_first = d_y.to_host<uint16_t>();
+  r.h_block = plan.h_block;
   std::printf("  backend  : gpu: %s, %s + %s%s; %s %.1f MB in %.2f s\n", prop.name,
               plan.T ? detail::gemm_config_info(plan.up_config).name : "-",
               plan.T ? detail::gemm_config_info(plan.down_config).name : "-",
@@ -503,6 +505,7 @@ int run_model(const std::string& dir, int layer, int T, uint64_t seed, const std
               dtype_name(ck.router_weight.dtype));
   std::fflush(stdout);
 
+  int h_block = 64;  // the GPU plan's intermediate scale block, which the reference follows
 #if defined(FMOE_HAS_CUDA)
   std::unique_ptr<GpuLayerRun> gpu;
   if (on_gpu) {
@@ -516,13 +519,14 @@ int run_model(const std::string& dir, int layer, int T, uint64_t seed, const std
     std::printf("  gpu mem  : peak %s in use by this run (device memory sampled after the upload "
                 "and prepare, the buffers, the first call and the replays)\n",
                 ProgressLine::amount(gpu->memory.used_peak()).c_str());
+    h_block = gpu->h_block;
   }
 #endif
 
   set_activity("running the CPU reference");
   const ref::LayerWeights lw = ref::layer_from_checkpoint(std::move(ck));
   t0 = std::chrono::steady_clock::now();
-  const ref::LayerResult res = ref::moe_layer(lw, x.data(), logits.data(), T);
+  const ref::LayerResult res = ref::moe_layer(lw, x.data(), logits.data(), T, h_block);
   const double t_ref = seconds_since(t0);
   print_routing(res.routing, cfg.num_experts);
   if (!on_gpu) return report_cpu_only(t_ref, " forward", T, cfg.hidden, res.y);
@@ -613,6 +617,7 @@ int cmd_run(const std::vector<std::string>& argv) {
   set_activity("generating the inputs");
   const ProjectionInputs in = random_projection_inputs(ProjectionShape::of(cfg), T, seed);
 
+  int h_block = 64;  // the GPU plan's intermediate scale block, which the reference follows
 #if defined(FMOE_HAS_CUDA)
   std::unique_ptr<GpuLayerRun> gpu;
   if (on_gpu) {
@@ -620,12 +625,13 @@ int cmd_run(const std::vector<std::string>& argv) {
     gpu = std::make_unique<GpuLayerRun>(run_layer_gpu(
         cfg, T, mode, in.x, in.logits, lw.route_bias, "prepared weights",
         [&](cudaStream_t stream) { return make_gpu_layer(lw, stream); }));
+    h_block = gpu->h_block;
   }
 #endif
 
   t0 = std::chrono::steady_clock::now();
   set_activity("running the CPU reference");
-  const ref::LayerResult res = ref::moe_layer(lw, in.x.data(), in.logits.data(), T);
+  const ref::LayerResult res = ref::moe_layer(lw, in.x.data(), in.logits.data(), T, h_block);
   const double t_ref = seconds_since(t0);
 
   print_routing(res.routing, cfg.num_experts);

@@ -38,7 +38,9 @@ const char* gemm_weights_name(GemmWeights w) {
 namespace {
 const char* family_name(GemmRows r, GemmEpilogue e) {
   if (e == GemmEpilogue::swiglu) return "gate/up (swiglu epilogue)";
-  return r == GemmRows::gathered ? "projection (gathered rows, combine)" : "down (tma rows, combine)";
+  return r == GemmRows::gathered ? "projection (gathered rows, combine)"
+         : r == GemmRows::tma      ? "down (tma rows, combine)"
+                                   : "down (tma rows with one scale per 128, combine)";
 }
 bool same_family(const GemmConfigInfo& c, const GemmFamily& f) {
   return c.weights == f.weights && c.rows == f.rows && c.epilogue == f.epilogue;
@@ -78,13 +80,27 @@ GemmOperands select_operands(const GemmFamily& f, int block_t, int K, bool two_s
     // Measured on H100 (docs/performance.md, issue 10 step 2): gate/up -7..-23% at T=2048/8192.
     o = GemmOperands::tokens_m;
     why = "tokens as wgmma's M side (fp8 promotion by two products per thread and block)";
+  } else if (f.rows == GemmRows::tma_s128) {
+    // One promotion per k-stage: tokens as M at every K. Measured on H200 (docs/performance.md,
+    // issue 10 step 5) against weights as M with the same scales: qwen3-30b-a3b down 148 -> 140
+    // us at T=2048, 383 -> 370 at T=8192.
+    o = GemmOperands::tokens_m;
+    why = "tokens as wgmma's M side (intermediate scales per 128: one promotion per k-stage)";
+  } else if (f.weights == GemmWeights::fp8_block && block_t == 128 && f.rows == GemmRows::tma &&
+             f.epilogue == GemmEpilogue::combine) {
+    // The layer's down GEMM at every K. Step 2 (H100, before the bf16 route rows and the
+    // deterministic rows of step 3) kept weights as M below K = 2048: the qwen3 downs (K = 768 /
+    // 512) lost 4-6% at T=8192 with tokens as M then. Remeasured on H200 (step 5) with today's
+    // epilogues, deterministic mode, tokens as M with two waves: qwen3-30b-a3b 175 -> 142 /
+    // 504 -> 404 us at T=2048 / 8192, qwen3.5-35b-a3b 161 -> 142 / 461 -> 394; fast mode with one
+    // wave 181 -> 156 / 490 -> 420 and 165 -> 155 / 437 -> 384.
+    o = GemmOperands::tokens_m;
+    why = "tokens as wgmma's M side (the layer's down GEMM at BLOCK_T=128)";
   } else if (f.weights == GemmWeights::fp8_block && block_t == 128 &&
              f.epilogue == GemmEpilogue::combine && K >= 2048) {
-    // The combine GEMMs: the cheaper promotion pays where K is long enough to amortize the
-    // tokens_m combine epilogue (16-byte reductions of 4 adjacent outputs). Measured on H100
-    // (step 2): deepseek-v3's down (K=2048) -5% / -13% at T=2048 / 8192; the projection
-    // (qwen3.5, K=2048) -2..-4% end to end at T=2048..16384; qwen3-30b / qwen3.5 down (K=768 /
-    // 512) -4..-7% at T=2048 but +4..+6% at T=8192, so they keep weights as M.
+    // The projection: the cheaper promotion pays where K is long enough to amortize the tokens_m
+    // combine epilogue (16-byte reductions of 4 adjacent outputs). Measured on H100 (step 2): the
+    // projection (qwen3.5, K=2048) -2..-4% end to end at T=2048..16384.
     o = GemmOperands::tokens_m;
     why = "tokens as wgmma's M side (K >= 2048: the promotion's saving outweighs the combine's)";
   }
@@ -148,6 +164,14 @@ int select_waves(const GemmFamily& f, int block_t, int nb, int K, const std::str
     // fp8, -22..-32% bf16 (deepseek-v3 T=2048 +2%, within its spread).
     waves = 2;
     why = "256 weight rows per tile (BLOCK_T=128: compute-bound, fewer bytes per FLOP)";
+  } else if (f.weights == GemmWeights::fp8_block && f.rows != GemmRows::gathered) {
+    // The fp8 down GEMM takes tokens as M at BLOCK_T=128 (select_operands), where the taller
+    // tile pays at short K too. Measured on H200 (step 5): scales per 128, qwen3-30b-a3b down
+    // 370 -> 341 us at T=8192 (143 vs 140 at T=2048), qwen3.5-35b-a3b 356 -> 341 and 150 -> 141;
+    // scales per 64 (deterministic mode), qwen3-30b-a3b 431 -> 404 and 148 -> 142, qwen3.5
+    // 401 -> 394 and 148 -> 142.
+    waves = 2;
+    why = "256 weight rows per tile (BLOCK_T=128, fp8 down GEMM with tokens as M)";
   } else if (K >= 2048 && nb >= 16) {
     // The combine epilogue (fp32 reductions of the whole tile) does not overlap the mainloop, so
     // the taller tile pays only where the mainloop is long and the tiles many. Measured on H100:

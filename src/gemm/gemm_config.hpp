@@ -9,7 +9,10 @@ namespace fusedmoe::detail {
 /// fp8_block: e4m3 x fp8 activations; bf16: bf16 x bf16; e2m1: NVFP4 weights decoded in registers
 /// (src/gemm/e2m1_layout.hpp) x bf16 activations (W4A16).
 enum class GemmWeights : int { fp8_block, bf16, e2m1 };
-enum class GemmRows : int { gathered, tma };
+/// How a tile's activation rows arrive (gemm_configs.def): gathered per token by cp.async (fp8:
+/// one scale per 128 columns), or contiguous compact rows by TMA with fp8 scales per 64 columns
+/// (tma) or per 128 (tma_s128: the layer's intermediate after a two-wave tokens-as-M gate/up).
+enum class GemmRows : int { gathered, tma, tma_s128 };
 enum class GemmEpilogue : int { combine, swiglu };
 /// Which operand is wgmma's M side (gemm_configs.def says why).
 enum class GemmOperands : int { weights_m, tokens_m };

@@ -11,14 +11,16 @@
 //   gathered  A = a[row(route)], row(route) = route / k (+ shared_row_offset for shared routes):
 //             one row per token, read by cp.async (projection, layer GEMM 1)
 //   tma       A = a[route_offsets[e] + tb*BLOCK_T + c]: compact rows in slot order, read by TMA
-//             (layer GEMM 2 reads GEMM 1's output)
+//             (layer GEMM 2 reads GEMM 1's output); fp8 scales per 64 columns (tma) or per 128
+//             (tma_s128)
 // Epilogues:
 //   combine   out[token(c), n] += w(c) * (acc + bias[e, n]) (fp32 atomics), or in deterministic
 //             mode out[route(c), n] = ... (one row per route, whole tiles, no split K; e2m1
 //             configs may store those rows as bf16 / f16: out_type)
 //   swiglu    weight rows come in 8-row gate/up pairs (the layer's prepared layout, see
 //             src/layer): h[row(c), 64*wb + i] = act(gate_i + bg, up_i + bu), stored as e4m3
-//             with one fp32 scale per 64 (h_scale) or as bf16; whole tiles only
+//             with one fp32 scale per h_block (64, or 128 for two-wave tokens-as-M configs)
+//             columns (h_scale) or as bf16; whole tiles only
 #pragma once
 
 #include <cuda.h>
@@ -89,8 +91,10 @@ struct GroupedGemmParams {
   const float* bias;            // combine: [E, N], added once; swiglu: [E, NB * 128] prepared rows
   uint8_t* h;                   // swiglu: [R, ldh bytes] intermediate rows
   int64_t ldh;
-  float* h_scale;               // swiglu fp8: [R, h_scale_ld] one scale per 64 columns
+  float* h_scale;               // swiglu fp8: [R, h_scale_ld] one scale per h_block columns
   int64_t h_scale_ld;
+  int h_block = 64;             // swiglu fp8: columns per scale of h: 64, or 128 where the config
+                                // holds 128 intermediate values of a token (Epilogue::kStoresPairs)
   int act_clamped;              // swiglu: gpt-oss's clamped variant
   float act_alpha, act_limit;
   // swiglu split K (decode): each tile's K in `split` parts (1, 2 or 4) run as separate

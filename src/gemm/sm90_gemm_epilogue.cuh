@@ -46,6 +46,7 @@ __device__ __forceinline__ float swiglu_activation(float g, float u, float alpha
 // costing as many instructions as the tile's whole mainloop.
 template <class Cfg>
 struct Epilogue<Cfg, GemmEpilogue::combine> {
+  static constexpr bool kStoresPairs = false;  // (swiglu only)
   // kPaired: this thread's two rows are adjacent outputs n_a, n_a + 1 (N % 16 == 0, in range or
   // out together); else rows n_a and n_a + 8.
   // kOut (deterministic only): the element type of the rows; f32 into p.out, bf16 / f16 into
@@ -254,6 +255,9 @@ struct Epilogue<Cfg, GemmEpilogue::combine> {
 // Named barrier 2 spans the two consumer warpgroups.
 template <class Cfg>
 struct Epilogue<Cfg, GemmEpilogue::swiglu> {
+  // Two-wave fp8 tokens-as-M tiles hold 128 intermediate values of each token (waves 2 wb and
+  // 2 wb + 1): they can quantize them with one scale (GroupedGemmParams::h_block = 128).
+  static constexpr bool kStoresPairs = Cfg::kTokensM && Cfg::kFp8 && Cfg::kWaves == 2;
   __device__ static void sync_consumers() { asm volatile("bar.sync 2, 256;\n" ::: "memory"); }
 
   template <bool kClamped>
@@ -361,49 +365,106 @@ struct Epilogue<Cfg, GemmEpilogue::swiglu> {
     // Every consumer's reads of the staging tile (the previous wave's or tile's rows) are done.
     sync_consumers();
     float v[2][16];  // [token r][2g + h]
-    {
-      const float* bias = p.bias ? p.bias + int64_t(s.e) * p.n_rows + s.wb * Cfg::WAVE_W : nullptr;
-      auto fill = [&](auto act) {
-#pragma unroll
-        for (int g = 0; g < 8; ++g)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const float bg = bias ? bias[16 * g + 2 * q + h] : 0.0f;
-            const float bu = bias ? bias[16 * g + 8 + 2 * q + h] : 0.0f;
-#pragma unroll
-            for (int r = 0; r < 2; ++r)
-              v[r][2 * g + h] = act(acc[4 * (2 * g) + 2 * r + h] + bg, acc[4 * (2 * g + 1) + 2 * r + h] + bu);
-          }
-      };
-      // The variant is chosen once per tile, outside the loop.
-      if (p.act_clamped) fill([&](float g, float u) { return activation<true>(p, g, u); });
-      else fill([&](float g, float u) { return activation<false>(p, g, u); });
-    }
+    tokens_m_values(p, s.e, s.wb, acc, q, v);
+    float inv[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float a = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 16; ++i) a = ptx::abs_max_nan(a, v[r][i]);
-      a = ptx::abs_max_nan(a, __shfl_xor_sync(0xffffffffu, a, 1));
-      a = ptx::abs_max_nan(a, __shfl_xor_sync(0xffffffffu, a, 2));
+      const float a = tokens_m_amax(v[r]);
       // Same operations as the host quantizer (fmt::quantize_fp8_block).
-      const float scale = a == 0.0f ? 0.0f : a / 448.0f, inv = a == 0.0f ? 0.0f : 448.0f / a;
+      const float scale = a == 0.0f ? 0.0f : a / 448.0f;
+      inv[r] = a == 0.0f ? 0.0f : 448.0f / a;
+      const int c = c0 + 8 * r;
+      if (q == 0 && c < s.nrows) p.h_scale[int64_t(s.row0 + c) * p.h_scale_ld + s.wb] = scale;
+    }
+    tokens_m_codes_out(p, s, sg, v, inv, s.wb, c0, q, ctid);
+  }
+
+  // tokens_m: this thread's activations v[r][2g + h] of the wave (128 weight rows from prepared
+  // row 128 wave of expert e): intermediate 8g + 2q + h of tokens c0 + 8r, with the biases.
+  __device__ static void tokens_m_values(const GroupedGemmParams& p, int e, int wave,
+                                         const float (&acc)[Cfg::kAccRegs], int q, float (&v)[2][16]) {
+    const float* bias = p.bias ? p.bias + int64_t(e) * p.n_rows + wave * Cfg::WAVE_W : nullptr;
+    auto fill = [&](auto act) {
+#pragma unroll
+      for (int g = 0; g < 8; ++g)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float bg = bias ? bias[16 * g + 2 * q + h] : 0.0f;
+          const float bu = bias ? bias[16 * g + 8 + 2 * q + h] : 0.0f;
+#pragma unroll
+          for (int r = 0; r < 2; ++r)
+            v[r][2 * g + h] = act(acc[4 * (2 * g) + 2 * r + h] + bg, acc[4 * (2 * g + 1) + 2 * r + h] + bu);
+        }
+    };
+    // The variant is chosen once per tile, outside the loop.
+    if (p.act_clamped) fill([&](float g, float u) { return activation<true>(p, g, u); });
+    else fill([&](float g, float u) { return activation<false>(p, g, u); });
+  }
+
+  // max |v| over a token's 64 values of a wave: this thread's 16, then its quad (two shuffles).
+  __device__ static float tokens_m_amax(const float (&v)[16]) {
+    float a = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) a = ptx::abs_max_nan(a, v[i]);
+    a = ptx::abs_max_nan(a, __shfl_xor_sync(0xffffffffu, a, 1));
+    return ptx::abs_max_nan(a, __shfl_xor_sync(0xffffffffu, a, 2));
+  }
+
+  // The codes v * inv of one wave through the staging tile (2-byte pairs), then its rows out as
+  // 16-byte stores to h[row0 + c, 64 wave ...]. The caller has synced the staging tile's readers.
+  __device__ static void tokens_m_codes_out(const GroupedGemmParams& p, const Segment& s,
+                                            typename Cfg::Staging& sg, const float (&v)[2][16],
+                                            const float (&inv)[2], int wave, int c0, int q, int ctid) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
       const int c = c0 + 8 * r;
 #pragma unroll
       for (int g = 0; g < 8; ++g) {
-        const uint16_t lo = __nv_cvt_float_to_fp8(v[r][2 * g] * inv, __NV_SATFINITE, __NV_E4M3);
-        const uint16_t hi = __nv_cvt_float_to_fp8(v[r][2 * g + 1] * inv, __NV_SATFINITE, __NV_E4M3);
+        const uint16_t lo = __nv_cvt_float_to_fp8(v[r][2 * g] * inv[r], __NV_SATFINITE, __NV_E4M3);
+        const uint16_t hi = __nv_cvt_float_to_fp8(v[r][2 * g + 1] * inv[r], __NV_SATFINITE, __NV_E4M3);
         *reinterpret_cast<uint16_t*>(&sg.tile[c][8 * g + 2 * q]) = uint16_t(lo | (hi << 8));
       }
-      if (q == 0 && c < s.nrows) p.h_scale[int64_t(s.row0 + c) * p.h_scale_ld + s.wb] = scale;
     }
     sync_consumers();
     constexpr int kChunks = 64 / 16;
     for (int i = ctid; i < s.nrows * kChunks; i += 256) {
       const int c = i / kChunks, chunk = i % kChunks;
       const uint4 val = *reinterpret_cast<const uint4*>(&sg.tile[c][16 * chunk]);
-      uint8_t* dst = p.h + int64_t(s.row0 + c) * p.ldh + int64_t(s.wb) * 64 + 16 * chunk;
+      uint8_t* dst = p.h + int64_t(s.row0 + c) * p.ldh + int64_t(wave) * 64 + 16 * chunk;
       *reinterpret_cast<uint4*>(dst) = val;
+    }
+  }
+
+  // h_block = 128 (kStoresPairs): the tile's two waves are intermediate [128 wb, 128 wb + 128) of
+  // each token, quantized with one scale (the amax of both waves' 64 values; the host
+  // quantizer's operations, block 128), h_scale[row, wb]. The waves' codes leave in turn through
+  // the one staging tile.
+  __device__ static void store_tokens_m_s128(const GroupedGemmParams& p, const Segment& s,
+                                             typename Cfg::SharedStorage& ss,
+                                             const float (&acc)[Cfg::kWaves][Cfg::kAccRegs],
+                                             int wgc, int tid) {
+    static_assert(kStoresPairs, "two-wave fp8 tokens-as-M tiles");
+    auto& sg = ss.staging;
+    const int warp = tid / 32, lane = tid % 32, q = lane % 4;
+    const int ctid = wgc * 128 + tid;
+    const int c0 = 64 * wgc + 16 * warp + lane / 4;
+    float v[2][2][16];  // [wave][token r][2g + h]
+#pragma unroll
+    for (int w = 0; w < 2; ++w) tokens_m_values(p, s.e, 2 * s.wb + w, acc[w], q, v[w]);
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float a = ptx::abs_max_nan(tokens_m_amax(v[0][r]), tokens_m_amax(v[1][r]));
+      const float scale = a == 0.0f ? 0.0f : a / 448.0f;
+      inv[r] = a == 0.0f ? 0.0f : 448.0f / a;
+      const int c = c0 + 8 * r;
+      if (q == 0 && c < s.nrows) p.h_scale[int64_t(s.row0 + c) * p.h_scale_ld + s.wb] = scale;
+    }
+#pragma unroll
+    for (int w = 0; w < 2; ++w) {
+      // Every consumer's reads of the staging tile (the previous wave's or tile's rows) are done.
+      sync_consumers();
+      tokens_m_codes_out(p, s, sg, v[w], inv, 2 * s.wb + w, c0, q, ctid);
     }
   }
 

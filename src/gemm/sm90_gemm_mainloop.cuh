@@ -8,7 +8,8 @@
 //                       copy; the codes and their E4M3 block scales, read by plain loads
 //   rows gathered:      cp.async of 16-byte chunks from the row of each column's token
 //                       (+ sa[0][c] = its per-128 scale, fp8)
-//   rows tma:           one TMA box of BLOCK_T compact rows (+ sa[0..1][c] = per-64 scales, fp8)
+//   rows tma:           one TMA box of BLOCK_T compact rows (+ sa[0..1][c] = per-64 scales, fp8;
+//                       tma_s128: sa[0][c] = the per-128 scale)
 // With tokens_m (gemm_configs.def) the same stage is read with the operands swapped: activations
 // as wgmma's A (M), each weight wave as its B (N).
 // Contract between the parts: the producer's 128 threads call issue() of both loaders for every
@@ -134,8 +135,8 @@ struct RowLoader<Cfg, GemmRows::gathered> {
 
 // Compact rows, contiguous per tile: rows [row0, row0 + BLOCK_T) by one TMA box (thread 0). Rows
 // past the expert's routes belong to the next expert (their columns are discarded by the
-// epilogue); rows past the tensor's end arrive as zeros. fp8: the two per-64 scales of each real
-// column by cp.async.
+// epilogue); rows past the tensor's end arrive as zeros. fp8: the two per-64 scales (tma) or the
+// one per-128 scale (tma_s128) of each real column by cp.async.
 template <class Cfg>
 struct RowLoader<Cfg, GemmRows::tma> {
   __device__ RowLoader(const GroupedGemmParams&, const typename Cfg::TileMeta&, int) {}
@@ -149,20 +150,25 @@ struct RowLoader<Cfg, GemmRows::tma> {
                                  full);
     }
     if constexpr (Cfg::kFp8) {
-      static_assert(Cfg::kScaleBlocks == 2, "the intermediate has one scale per 64 columns");
+      constexpr int kBlocks = Cfg::kScaleBlocks, kCols = 128 / kBlocks;  // per stage, per scale
       if (tid < Cfg::BLOCK_T) {
         const bool ok = tid < s.nrows;
 #pragma unroll
-        for (int b = 0; b < 2; ++b) {
-          const int blk = 2 * kb + b;
+        for (int b = 0; b < kBlocks; ++b) {
+          const int blk = kBlocks * kb + b;
           // A K tail inside the last block has fewer blocks: clamp the read, zero the scale.
-          const bool in_k = blk * 64 < p.K;
+          const bool in_k = blk * kCols < p.K;
           const float* src = p.sa + (ok && in_k ? int64_t(s.row0 + tid) * p.sa_ld + blk : 0);
           ptx::cp_async_4(ptx::smem_addr(&st.sa[b][tid]), src, ok && in_k ? 4 : 0);
         }
       }
     }
   }
+};
+
+template <class Cfg>
+struct RowLoader<Cfg, GemmRows::tma_s128> : RowLoader<Cfg, GemmRows::tma> {
+  using RowLoader<Cfg, GemmRows::tma>::RowLoader;
 };
 
 // ---- MMA policies -----------------------------------------------------------------------------

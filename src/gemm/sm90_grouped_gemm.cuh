@@ -34,6 +34,8 @@ struct GemmConfig {
   // Tokens as wgmma's M side (64 per consumer warpgroup), each weight wave its N.
   static constexpr bool kTokensM = kOperands_ == GemmOperands::tokens_m;
   static constexpr GemmRows kRows = kRows_;
+  // Compact rows by one TMA box per stage (both tma forms; they differ in the fp8 scales).
+  static constexpr bool kTmaRows = kRows != GemmRows::gathered;
   static constexpr GemmEpilogue kEpi = kEpi_;
   static constexpr bool kFp8 = kWeights == GemmWeights::fp8_block;
   // NVFP4 weights decoded in registers (e2m1_layout.hpp); activations and intermediate bf16.
@@ -52,8 +54,8 @@ struct GemmConfig {
   // rows) fp32 / 128 threads: BLOCK_T / 2 either way (tokens_m has BLOCK_T = 128)
   static constexpr int kAccRegs = BLOCK_T / 2;
   // fp8 activation scales per stage: gathered token rows are quantized per 128 columns, the
-  // layer's intermediate (tma rows) per 64.
-  static constexpr int kScaleBlocks = !kFp8 ? 0 : kRows == GemmRows::gathered ? 1 : 2;
+  // layer's intermediate per 64 (tma rows) or per 128 (tma_s128).
+  static constexpr int kScaleBlocks = !kFp8 ? 0 : kRows == GemmRows::tma ? 2 : 1;
   // fp8 weight scales: one per 8-row group (the swiglu GEMM's gate/up pairs come from different
   // 128-row blocks) or one per 128x128 block (GroupedGemmParams::sb_groups 16 or 1, checked at
   // launch).
@@ -73,7 +75,7 @@ struct GemmConfig {
   // once per tile before it, read back in the epilogue: ptxas warns), and still measured 1.13x
   // faster than one CTA an SM (qwen3-30b-a3b T=128 gate/up, docs/performance.md).
   static constexpr int kCtasPerSm = kCtas_;
-  static constexpr bool kBigConsumer = kWaves == 2 && kRows == GemmRows::tma;
+  static constexpr bool kBigConsumer = kWaves == 2 && kTmaRows;
   static constexpr int kProducerRegs = kCtasPerSm == 2 ? 56 : kBigConsumer ? 56 : 72;
   static constexpr int kConsumerRegs = kCtasPerSm == 2 ? 88 : kBigConsumer ? 224 : 216;
   // Registers a thread gets at launch with kCtasPerSm CTAs of kThreads on an SM (warps allocate
@@ -85,7 +87,7 @@ struct GemmConfig {
   static constexpr int kFusedRoutes = kBlockT <= 64 ? kMaxFusedRoutes : 0;
   static constexpr uint32_t kWBytes = kE2M1 ? kWaves * e2m1::kBlockBytes : BLOCK_W * 128;
   static constexpr uint32_t kABytes = BLOCK_T * 128;
-  static constexpr uint32_t kTmaBytes = kWBytes + (kRows == GemmRows::tma ? kABytes : 0);
+  static constexpr uint32_t kTmaBytes = kWBytes + (kTmaRows ? kABytes : 0);
 
   struct alignas(1024) Stage {
     // Activations first: their size is a multiple of 1024, so both swizzled tiles stay aligned
@@ -348,12 +350,22 @@ __device__ void consume(const GroupedGemmParams& p, typename Cfg::SharedStorage&
       }
     }
     mma.finish(p, m.seg, acc, wgc, tid);  // per-row factors the k-stages left out (e2m1)
-    // Each wave is stored as the 128-row tile it is (weight tile kWaves * wb + w).
+    bool stored = false;
+    if constexpr (Epilogue<Cfg>::kStoresPairs) {
+      // The intermediate with one scale per 128 columns: both waves' 64 values of a token at once.
+      if (p.h_block == 128) {
+        Epilogue<Cfg>::store_tokens_m_s128(p, m.seg, ss, acc, wgc, tid);
+        stored = true;
+      }
+    }
+    if (!stored) {
+      // Each wave is stored as the 128-row tile it is (weight tile kWaves * wb + w).
 #pragma unroll
-    for (int w = 0; w < Cfg::kWaves; ++w) {
-      Segment sw = m.seg;
-      sw.wb = m.seg.wb * Cfg::kWaves + w;
-      Epilogue<Cfg>::store(p, sw, m, ss, acc[w], wgc, tid);
+      for (int w = 0; w < Cfg::kWaves; ++w) {
+        Segment sw = m.seg;
+        sw.wb = m.seg.wb * Cfg::kWaves + w;
+        Epilogue<Cfg>::store(p, sw, m, ss, acc[w], wgc, tid);
+      }
     }
     cptx::mbarrier_arrive(&ss.meta_empty[meta.idx]);  // this thread is done with the slot
     meta.advance();
@@ -406,7 +418,7 @@ grouped_gemm_kernel(const __grid_constant__ GroupedGemmParams p) {
     }
     cptx::fence_mbarrier_init(cptx::sem_release, cptx::scope_cluster);  // visible to the TMA unit
     if (!Cfg::kE2M1) asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.w_desc) : "memory");
-    if (Cfg::kRows == GemmRows::tma) asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.a_desc) : "memory");
+    if (Cfg::kTmaRows) asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.a_desc) : "memory");
     // Weights never depend on the previous kernels: start pulling them in while they finish.
     if (!Cfg::kE2M1 && p.prefetch_units > 0) prefetch_expected_weights<Cfg>(p);
   }
@@ -436,6 +448,10 @@ void launch_grouped_gemm_cfg(const GroupedGemmParams& p, int num_sms, cudaStream
   FMOE_REQUIRE(p.NB % Cfg::kWaves == 0, "grouped_gemm: a config of %d x 128 weight rows per tile "
                "needs a multiple of %d 128-row weight tiles per expert, got %d", Cfg::kWaves,
                Cfg::kWaves, p.NB);
+  FMOE_REQUIRE(p.h_block == 64 || (p.h_block == 128 && Epilogue<Cfg>::kStoresPairs),
+               "grouped_gemm: an fp8 intermediate with one scale per %d columns; this config writes "
+               "one per 64%s", p.h_block,
+               Epilogue<Cfg>::kStoresPairs ? " or 128" : " (per 128: a two-wave tokens-as-M gate/up config)");
   FMOE_REQUIRE(p.split <= 1 || (Cfg::kWaves == 1 && !Cfg::kTokensM), "grouped_gemm: split K "
                "(%d parts) needs a one-wave config with weights as wgmma's M side", p.split);
   FMOE_REQUIRE(p.out_type == GemmOut::f32 ||

@@ -735,11 +735,12 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
 
   // ---- configs: one token-tile width for both GEMMs (they share the schedule's table) ----
   const GemmFamily up_fam{gw, GemmRows::gathered, GemmEpilogue::swiglu};
-  const GemmFamily down_fam{gw, GemmRows::tma, GemmEpilogue::combine};
-  const int bt = select_block_t(T, k, E, knobs().force_config, {up_fam, down_fam}, &plan.config_reason);
+  const GemmFamily down64_fam{gw, GemmRows::tma, GemmEpilogue::combine};
+  const GemmFamily down128_fam{gw, GemmRows::tma_s128, GemmEpilogue::combine};
+  const int bt = select_block_t(T, k, E, knobs().force_config, {up_fam, down64_fam, down128_fam},
+                                &plan.config_reason);
   // Weight waves per GEMM (each has its own count of 128-row weight tiles).
   const int up_waves = select_waves(up_fam, bt, L.NT1, H, knobs().force_config, &plan.config_reason);
-  const int down_waves = select_waves(down_fam, bt, L.NB2, L.I, knobs().force_config, &plan.config_reason);
   const GemmOperands up_operands =
       select_operands(up_fam, bt, H, L.w13_two_scales, knobs().force_config, &plan.config_reason);
   const double hit = 1.0 - std::pow(1.0 - double(k) / E, double(T));  // P(a routed expert is hit)
@@ -750,6 +751,33 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   const int up_ctas = select_ctas(up_fam, bt, up_waves, up_operands, token_tiles * L.NT1 / up_waves, sms,
                                   knobs().force_config, &plan.config_reason);
   plan.up_config = gemm_config_of(up_fam.weights, up_fam.rows, up_fam.epilogue, bt, up_waves, up_operands, up_ctas);
+  // The fp8 intermediate's scale block. A two-wave tokens-as-M gate/up tile holds 128
+  // intermediate values of each token, so it can quantize them with one scale, and the down GEMM
+  // then promotes once per k-stage instead of twice (measured on H200, docs/performance.md issue
+  // 10 step 5: deepseek-v3's down GEMM -20% at T=8192, the qwen3 ones -22..-30% with their
+  // configs). Fast mode only: deterministic mode keeps 64 columns per scale at every T, so its
+  // bits stay what they were (and what the expert-parallel layer's local layer, which may run
+  // another token-tile width, reproduces; not re-verified on several GPUs with 128).
+  // FMOE_FORCE_CONFIG naming a down config decides (and a two-wave tokens-as-M gate/up must
+  // exist for 128).
+  {
+    const GemmConfigInfo up = gemm_config_info(plan.up_config);
+    const bool up_pairs = L.fp8 && up.operands == GemmOperands::tokens_m && up.waves == 2;
+    bool s128 = up_pairs && !det;
+    const GemmConfigId forced = knobs().force_config.empty() ? GemmConfigId::count
+                                                             : gemm_config_by_name(knobs().force_config);
+    if (forced != GemmConfigId::count) {
+      const GemmConfigInfo f = gemm_config_info(forced);
+      if (f.weights == gw && f.epilogue == GemmEpilogue::combine && f.rows != GemmRows::gathered)
+        s128 = f.rows == GemmRows::tma_s128;
+    }
+    FMOE_REQUIRE(!s128 || up_pairs, "FMOE_FORCE_CONFIG=%s reads the intermediate with one fp8 scale per "
+                 "128 columns, which only a two-wave tokens-as-M gate/up config writes; this layer's "
+                 "gate/up runs %s", knobs().force_config.c_str(), up.name);
+    plan.h_block = s128 ? 128 : 64;
+  }
+  const GemmFamily down_fam = plan.h_block == 128 ? down128_fam : down64_fam;
+  const int down_waves = select_waves(down_fam, bt, L.NB2, L.I, knobs().force_config, &plan.config_reason);
   const GemmOperands down_operands =
       select_operands(down_fam, bt, L.I, true, knobs().force_config, &plan.config_reason);
   const int down_ctas = select_ctas(down_fam, bt, down_waves, down_operands, token_tiles * L.NB2 / down_waves,
@@ -789,12 +817,12 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
       plan.split *= 2;
   }
   if (knobs().print_config)
-    std::fprintf(stderr, "[fusedmoe] %s T=%d E=%d+%d k=%d+%d H=%d I=%d %s %s: %s (split K %d) + %s%s%s (%s)\n",
+    std::fprintf(stderr, "[fusedmoe] %s T=%d E=%d+%d k=%d+%d H=%d I=%d %s %s: %s (split K %d) + %s%s%s%s (%s)\n",
                  kOp, T, E, L.C, k, L.C, H, L.I, precision_name(cfg.weight_precision),
                  reduction_mode_name(a.mode), gemm_config_info(plan.up_config).name, plan.split,
                  gemm_config_info(plan.down_config).name,
                  plan.fused_schedule ? ", fused schedule" : plan.gemv ? ", as decode GEMVs" : "",
-                 rows16 ? ", bf16 route rows" : "",
+                 rows16 ? ", bf16 route rows" : "", plan.h_block == 128 ? ", intermediate scales per 128" : "",
                  plan.config_reason.c_str());
 
   // ---- stage 1: route + rows ----
@@ -873,7 +901,8 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   g1.h = ws.h;
   g1.ldh = int64_t(L.I_pad) * eb;
   g1.h_scale = ws.h_scale;
-  g1.h_scale_ld = L.I_pad / 64;
+  g1.h_scale_ld = L.I_pad / plan.h_block;
+  g1.h_block = plan.h_block;
   g1.act_clamped = cfg.activation.fn == ActivationFn::swiglu_clamped;
   g1.act_alpha = cfg.activation.alpha;
   g1.act_limit = cfg.activation.limit;
@@ -895,7 +924,7 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
                           eb, uint64_t(R), uint64_t(L.I_pad), uint64_t(L.I_pad) * eb, uint32_t(bt),
                           128 / eb, CU_TENSOR_MAP_SWIZZLE_128B);
   g2.sa = ws.h_scale;
-  g2.sa_ld = L.I_pad / 64;
+  g2.sa_ld = L.I_pad / plan.h_block;
   g2.N = H;
   g2.K = L.I_pad;
   g2.KB = int(cdiv(int64_t(L.I_pad) * eb, 128));

@@ -72,7 +72,7 @@ struct LayerWorkspace {
   uint8_t* rows = nullptr;           // GEMM 1 input: fp8 [T_rows, H] or bf16 [T_rows, H]
   float* row_scales = nullptr;       // fp8: [T_rows, ceil(H/128)]
   uint8_t* h = nullptr;              // the intermediate: [T * k_total, I_pad] fp8 or bf16
-  float* h_scale = nullptr;          // fp8: [T * k_total, I_pad / 64]
+  float* h_scale = nullptr;          // fp8: [T * k_total, I_pad / h_block] (sized for 64)
   float* acc = nullptr;              // fast: [T, H]; deterministic: [T * k_total, H]
   float* split_partials = nullptr;   // GEMM 1 split K (decode): [kMaxSplit, kSplitMaxTiles, 2048]
   int32_t* split_counters = nullptr; // [kSplitMaxTiles]
@@ -87,6 +87,7 @@ struct LayerPlan {
   bool fused_schedule = false;
   GemmConfigId up_config = GemmConfigId::count, down_config = GemmConfigId::count;
   int split = 1;  // GEMM 1's split K
+  int h_block = 64;  // fp8: columns per scale of the intermediate h (64, or 128: layer.cpp says when)
   std::string config_reason;
   int num_sms = 0;
   LayerWorkspace ws;

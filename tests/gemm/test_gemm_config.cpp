@@ -13,6 +13,7 @@ namespace {
 const GemmFamily kProjection{GemmWeights::fp8_block, GemmRows::gathered, GemmEpilogue::combine};
 const GemmFamily kUpFp8{GemmWeights::fp8_block, GemmRows::gathered, GemmEpilogue::swiglu};
 const GemmFamily kDownFp8{GemmWeights::fp8_block, GemmRows::tma, GemmEpilogue::combine};
+const GemmFamily kDownFp8S128{GemmWeights::fp8_block, GemmRows::tma_s128, GemmEpilogue::combine};
 const GemmFamily kUpBf16{GemmWeights::bf16, GemmRows::gathered, GemmEpilogue::swiglu};
 const GemmFamily kDownBf16{GemmWeights::bf16, GemmRows::tma, GemmEpilogue::combine};
 const GemmFamily kUpE2m1{GemmWeights::e2m1, GemmRows::gathered, GemmEpilogue::swiglu};
@@ -69,11 +70,16 @@ TEST(GemmConfig, WavesDoubleTheWeightTileWhereMeasuredFaster) {
     EXPECT_EQ(c.waves, 2);
     EXPECT_EQ(c.block_t, 128);
   }
-  // The combine epilogue is not overlapped: short K or few weight tiles keep one wave (qwen3's
-  // down: K=768; the qwen3.5 projection: N=512), the gate/up GEMM takes two there.
-  for (const GemmFamily& f : {kProjection, kDownFp8, kDownBf16}) {
+  // The combine epilogue is not overlapped: short K or few weight tiles keep one wave (the
+  // bf16 down at K=768; the qwen3.5 projection: N=512), the gate/up GEMM takes two there, and so
+  // does the fp8 down GEMM (tokens as M, measured faster with two waves at K = 512 and 768).
+  for (const GemmFamily& f : {kProjection, kDownBf16}) {
     EXPECT_EQ(select_waves(f, 128, 16, 768, "", nullptr), 1);
     EXPECT_EQ(select_waves(f, 128, 4, 2048, "", nullptr), 1);
+  }
+  for (const GemmFamily& f : {kDownFp8, kDownFp8S128}) {
+    EXPECT_EQ(select_waves(f, 128, 16, 768, "", nullptr), 2);
+    EXPECT_EQ(select_waves(f, 128, 4, 512, "", nullptr), 2);
   }
   for (const GemmFamily& f : {kUpFp8, kUpBf16}) {
     EXPECT_EQ(select_waves(f, 128, 12, 2048, "", nullptr), 2);
@@ -87,21 +93,54 @@ TEST(GemmConfig, WavesDoubleTheWeightTileWhereMeasuredFaster) {
                      "has 23 128-row weight tiles per expert, not a multiple of 2");
 }
 
+TEST(GemmConfig, DownGemmWithIntermediateScalesPer128) {
+  // One fp8 scale per 128 intermediate columns (the layer's fast mode after a two-wave tokens-as-M
+  // gate/up): the down GEMM takes tokens as M and two waves at every K, as measured.
+  std::string why;
+  for (int K : {512, 768, 2048}) {
+    why.clear();
+    EXPECT_EQ(select_operands(kDownFp8S128, 128, K, true, "", &why), GemmOperands::tokens_m) << K;
+    EXPECT_NE(why.find("one promotion per k-stage"), std::string::npos) << why;
+    EXPECT_EQ(select_waves(kDownFp8S128, 128, 16, K, "", nullptr), 2) << K;
+  }
+  EXPECT_EQ(select_waves(kDownFp8S128, 128, 23, 2048, "", nullptr), 1);  // odd weight tiles
+  // Both compiled configs read one scale per 128; forcing one decides its family's choices.
+  for (int waves : {1, 2}) {
+    const GemmConfigInfo c = gemm_config_info(gemm_config_of(GemmWeights::fp8_block, GemmRows::tma_s128,
+                                                             GemmEpilogue::combine, 128, waves,
+                                                             GemmOperands::tokens_m));
+    EXPECT_EQ(c.rows, GemmRows::tma_s128);
+    EXPECT_EQ(c.waves, waves);
+  }
+  EXPECT_EQ(select_waves(kDownFp8S128, 128, 16, 768, "down_fp8_bt128_tm_h128_s6", nullptr), 1);
+  EXPECT_EQ(select_waves(kDownFp8, 128, 16, 768, "down_fp8_bt128_tm_h128_s6", nullptr), 2);  // other family: the default
+  // No narrower token tile reads the intermediate per 128.
+  test::expect_error([] { gemm_config_of(GemmWeights::fp8_block, GemmRows::tma_s128, GemmEpilogue::combine, 64); },
+                     "no compiled fp8 down (tma rows with one scale per 128, combine) config with BLOCK_T=64");
+  // select_block_t takes a forced config of either down family.
+  EXPECT_EQ(select_block_t(8192, 8, 128, "down_fp8_bt128_w2_tm_h128_s4",
+                           {{GemmWeights::fp8_block, GemmRows::gathered, GemmEpilogue::swiglu}, kDownFp8,
+                            kDownFp8S128}, nullptr), 128);
+}
+
 TEST(GemmConfig, TokensTakeTheMSideOfTheFp8GateUpGemmAtPrefill) {
   std::string why;
   EXPECT_EQ(select_operands(kUpFp8, 128, 2048, true, "", &why), GemmOperands::tokens_m);
   EXPECT_NE(why.find("tokens as wgmma's M side"), std::string::npos) << why;
-  // The combine GEMMs take tokens as M from K = 2048 (deepseek-v3's I, qwen3.5's hidden size for
-  // the projection), where it measured faster; shorter K (qwen's I = 512, 768) keeps weights as
-  // M; forcing one decides.
+  // The projection takes tokens as M from K = 2048 (qwen3.5's hidden size), where it measured
+  // faster, and keeps weights as M below; the layer's fp8 down GEMM takes tokens as M at every K
+  // (qwen's I = 512, 768 remeasured in step 5); forcing one decides.
   why.clear();
-  EXPECT_EQ(select_operands(kDownFp8, 128, 2048, true, "", &why), GemmOperands::tokens_m);
+  EXPECT_EQ(select_operands(kProjection, 128, 2048, true, "", &why), GemmOperands::tokens_m);
   EXPECT_NE(why.find("K >= 2048"), std::string::npos) << why;
-  for (const GemmFamily& f : {kDownFp8, kProjection}) {
-    for (int K : {512, 768, 2047})
-      EXPECT_EQ(select_operands(f, 128, K, true, "", nullptr), GemmOperands::weights_m) << K;
-    for (int K : {2048, 7168})
-      EXPECT_EQ(select_operands(f, 128, K, true, "", nullptr), GemmOperands::tokens_m) << K;
+  for (int K : {512, 768, 2047})
+    EXPECT_EQ(select_operands(kProjection, 128, K, true, "", nullptr), GemmOperands::weights_m) << K;
+  for (int K : {512, 768, 2048, 7168}) {
+    EXPECT_EQ(select_operands(kProjection, 128, K, true, "", nullptr),
+              K >= 2048 ? GemmOperands::tokens_m : GemmOperands::weights_m) << K;
+    why.clear();
+    EXPECT_EQ(select_operands(kDownFp8, 128, K, true, "", &why), GemmOperands::tokens_m) << K;
+    EXPECT_NE(why.find("the layer's down GEMM"), std::string::npos) << why;
   }
   EXPECT_EQ(select_operands(kProjection, 128, 2048, true, "proj_fp8_bt128_s6", nullptr), GemmOperands::weights_m);
   EXPECT_EQ(select_operands(kDownFp8, 128, 2048, true, "down_fp8_bt128_tm_s6", nullptr), GemmOperands::tokens_m);
@@ -142,10 +181,11 @@ TEST(GemmConfig, ForcedConfigIsHonouredAndChecked) {
     EXPECT_EQ(select_block_t(7, 2, 8, c.name, {f}, &why), c.block_t);
     EXPECT_EQ(why, "forced by FMOE_FORCE_CONFIG");
     // A layer accepts the name of either of its GEMMs.
-    if (c.epilogue == GemmEpilogue::swiglu || c.rows == GemmRows::tma) {
+    if (c.epilogue == GemmEpilogue::swiglu || c.rows != GemmRows::gathered) {
       const GemmFamily up{c.weights, GemmRows::gathered, GemmEpilogue::swiglu};
       const GemmFamily down{c.weights, GemmRows::tma, GemmEpilogue::combine};
-      EXPECT_EQ(select_block_t(7, 2, 8, c.name, {up, down}, nullptr), c.block_t);
+      const GemmFamily down128{c.weights, GemmRows::tma_s128, GemmEpilogue::combine};
+      EXPECT_EQ(select_block_t(7, 2, 8, c.name, {up, down, down128}, nullptr), c.block_t);
     }
     const GemmFamily other{c.weights == GemmWeights::bf16 ? GemmWeights::fp8_block : GemmWeights::bf16,
                            c.rows, c.epilogue};

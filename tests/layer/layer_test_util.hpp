@@ -90,7 +90,7 @@ struct LayerRun {
   std::vector<float> weights;       // [T, k_total]
   std::vector<int32_t> row;         // [T * k_total] compact intermediate row of each route, -1 dropped
   std::vector<uint8_t> h;           // [R, I_pad * elem]
-  std::vector<float> h_scale;       // fp8: [R, I_pad / 64]
+  std::vector<float> h_scale;       // fp8: [R, I_pad / plan.h_block] (copied at the size for 64)
   int dropped = 0;
   detail::LayerPlan plan;
 };
@@ -208,7 +208,7 @@ inline double activation(const ActivationConfig& a, double g, double u) {
 inline double h_value(const MoeLayer::Impl& L, const LayerRun& run, int row, int i) {
   if (L.fp8)
     return double(fmt::e4m3_to_float(run.h[size_t(row) * L.I_pad + i])) *
-           double(run.h_scale[size_t(row) * (L.I_pad / 64) + i / 64]);
+           double(run.h_scale[size_t(row) * (L.I_pad / run.plan.h_block) + i / run.plan.h_block]);
   uint16_t bits;
   std::memcpy(&bits, run.h.data() + (size_t(row) * L.I_pad + i) * 2, 2);
   return double(fmt::bf16_to_float(bits));
@@ -242,7 +242,8 @@ inline void check_gate_up(const LayerCase& c, const LayerData& d, const MoeLayer
       if (row < 0) continue;
       const int t = int(r / kt), j = int(r % kt), e = run.ids[size_t(r)];
       acts.decode_row(on_input && j >= L.k ? T + t : t, a.data());
-      std::vector<double> blk_amax(size_t(L.I_pad / 64), 0.0);
+      const int hb = run.plan.h_block;  // the intermediate's fp8 scale block (64 or 128)
+      std::vector<double> blk_amax(size_t(L.I_pad / hb), 0.0);
       for (int i = 0; i < L.I_pad; ++i) {
         v[size_t(i)] = 0.0;
         acc_err[size_t(i)] = 0.0;
@@ -264,11 +265,11 @@ inline void check_gate_up(const LayerCase& c, const LayerData& d, const MoeLayer
         // |dv/dg| <= 1.2 (|u| + 1) and |dv/du| <= |g| + 1 (SwiGLU and the clamped variant).
         acc_err[size_t(i)] = (L.fp8 ? 0x1p-11 : 0x1p-18) *
                              (1.2 * (std::fabs(u) + 1) * g_abs + (std::fabs(g) + 1) * u_abs);
-        blk_amax[size_t(i / 64)] = std::max(blk_amax[size_t(i / 64)], std::fabs(v[size_t(i)]));
+        blk_amax[size_t(i / hb)] = std::max(blk_amax[size_t(i / hb)], std::fabs(v[size_t(i)]));
       }
       for (int i = 0; i < L.I_pad; ++i) {
         const double want = v[size_t(i)], got = h_value(L, run, row, i);
-        const double floor = 1e-3 * blk_amax[size_t(i / 64)] + acc_err[size_t(i)] + 1e-30;
+        const double floor = 1e-3 * blk_amax[size_t(i / hb)] + acc_err[size_t(i)] + 1e-30;
         const double tight = (L.fp8 ? 0x1p-4 : 0x1p-8) * std::fabs(want) + floor;
         const double wide = (L.fp8 ? 0x1p-3 + 0x1p-6 : 0x1p-8) * std::fabs(want) + floor;
         const double err = std::fabs(got - want);
@@ -359,7 +360,7 @@ inline void check_end_to_end(const LayerCase& c, const LayerData& d, const Layer
                     2e-6 * std::fabs(want.weights[size_t(t) * k + j]) + 1e-30) << ctx;
       }
   }
-  const ref::LayerResult want = ref::moe_layer(d.lw, d.x.data(), d.logits.data(), T);
+  const ref::LayerResult want = ref::moe_layer(d.lw, d.x.data(), d.logits.data(), T, run.plan.h_block);
   double num = 0, den = 0;
   for (size_t i = 0; i < want.y.size(); ++i) {
     const double g = fmt::bf16_to_float(run.y[i]), w = want.y[i];

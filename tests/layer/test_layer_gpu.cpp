@@ -295,12 +295,25 @@ TEST(LayerGpu, TokensOnMNeedTwoWeightScalesPerWave) {
     const detail::GemmConfigInfo up = detail::gemm_config_info(run.plan.up_config);
     EXPECT_EQ(up.block_t, 128) << up.name;
     EXPECT_EQ(up.operands == detail::GemmOperands::tokens_m, I == 256) << up.name;
+    // Fast mode after a two-wave tokens-as-M gate/up: one intermediate scale per 128 columns, and
+    // a down config that reads it so.
+    EXPECT_EQ(run.plan.h_block, I == 256 ? 128 : 64) << up.name;
+    EXPECT_EQ(detail::gemm_config_info(run.plan.down_config).rows == detail::GemmRows::tma_s128, I == 256);
     check_gate_up(c, d, g.layer->impl(), run, c.describe());
     check_down(c, d, g.layer->impl(), run, c.describe());
     check_end_to_end(c, d, run, c.describe());
+    // Deterministic mode keeps 64 columns per scale (its bits do not depend on the token-tile width).
+    const LayerCase det = make_case(cfg, 300, ReductionMode::deterministic);
+    const LayerRun run_det = run_layer(*g.layer, det, d);
+    EXPECT_EQ(run_det.plan.h_block, 64);
+    check_gate_up(det, d, g.layer->impl(), run_det, det.describe());
+    check_down(det, d, g.layer->impl(), run_det, det.describe());
     if (I == 96) {
       detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, "up_fp8_bt128_w2_tm_s4");
       test::expect_error([&] { run_layer(*g.layer, c, d); }, "puts tokens on wgmma's M side");
+      detail::ScopedKnob<std::string> down(&detail::Knobs::force_config, "down_fp8_bt128_tm_h128_s6");
+      test::expect_error([&] { run_layer(*g.layer, c, d); },
+                         "only a two-wave tokens-as-M gate/up config writes");
     }
   }
 }
@@ -330,7 +343,7 @@ TEST(LayerGpu, FastModeBf16RouteRows) {
   };
   for (int i = 0; i < int(detail::GemmConfigId::count); ++i) {
     const detail::GemmConfigInfo ci = detail::gemm_config_info(detail::GemmConfigId(i));
-    if (ci.rows != detail::GemmRows::tma || ci.epilogue != detail::GemmEpilogue::combine) continue;
+    if (ci.rows == detail::GemmRows::gathered || ci.epilogue != detail::GemmEpilogue::combine) continue;
     detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, ci.name);
     const Precision p = ci.weights == detail::GemmWeights::bf16   ? Precision::bf16
                         : ci.weights == detail::GemmWeights::e2m1 ? Precision::nvfp4
@@ -679,7 +692,7 @@ TEST(LayerGpu, SanitizerSmall) {
     // Fast mode's bf16 route rows: the tokens_m and weights_m down GEMMs' bf16 stores, finalize's
     // bf16 loads.
     detail::ScopedKnob<int> rows16(&detail::Knobs::rows16_min_t, 1);
-    for (const char* name : {"down_fp8_bt128_w2_tm_s4", "down_fp8_bt128_s6"}) {
+    for (const char* name : {"down_fp8_bt128_w2_tm_s4", "down_fp8_bt128_s6", "down_fp8_bt128_w2_tm_h128_s4"}) {
       detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, name);
       const MoeConfig qwen = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 8, Precision::fp8_block);
       run_case(make_case(qwen, 150, ReductionMode::fast), 1, false);
@@ -700,7 +713,9 @@ TEST(LayerGpu, SanitizerSmall) {
                              bf ? "up_bf16_bt128_w2_s3" : "up_fp8_bt128_w2_s4",
                              bf ? "down_bf16_bt128_s6" : "down_fp8_bt128_s6",
                              bf ? "" : "up_fp8_bt128_tm_s5", bf ? "" : "up_fp8_bt128_w2_tm_s4",
-                             bf ? "" : "down_fp8_bt128_tm_s6", bf ? "" : "down_fp8_bt128_w2_tm_s4"}) {
+                             bf ? "" : "down_fp8_bt128_tm_s6", bf ? "" : "down_fp8_bt128_w2_tm_s4",
+                             // the intermediate with one scale per 128 (also forced in deterministic mode)
+                             bf ? "" : "down_fp8_bt128_tm_h128_s6", bf ? "" : "down_fp8_bt128_w2_tm_h128_s4"}) {
       if (*name == '\0') continue;
       detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, name);
       const MoeConfig qwen = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 8, p);
