@@ -42,7 +42,8 @@ inline float round_to_bf16(float x) { return bf16_to_float(bf16_from_float(x)); 
 void quantize_fp8_per_token_128(const float* x, int64_t rows, int64_t cols, uint8_t* q,
                                 float* scales);
 /// The same rule with `block` columns per scale (the FP8 layer quantizes its intermediate per 64:
-/// one GEMM 1 tile holds 64 intermediate values). scales: [rows, ceil(cols/block)].
+/// one GEMM 1 tile holds 64 intermediate values; or per 128 in fast mode where a two-wave tile
+/// holds 128). scales: [rows, ceil(cols/block)].
 void quantize_fp8_per_token(const float* x, int64_t rows, int64_t cols, int block, uint8_t* q,
                             float* scales);
 
