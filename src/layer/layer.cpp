@@ -756,8 +756,9 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   // then promotes once per k-stage instead of twice (measured on H200, docs/performance.md issue
   // 10 step 5: deepseek-v3's down GEMM -20% at T=8192, the qwen3 ones -22..-30% with their
   // configs). Fast mode only: deterministic mode keeps 64 columns per scale at every T, so its
-  // bits stay what they were (and what the expert-parallel layer's local layer, which may run
-  // another token-tile width, reproduces; not re-verified on several GPUs with 128).
+  // intermediate is quantized the same whatever the token-tile width (the expert-parallel
+  // layer's bitwise equality with this layer was verified on several GPUs with 64 only; with
+  // 128 forced, deterministic mode measured -8..-12% at T=8192, docs/performance.md).
   // FMOE_FORCE_CONFIG naming a down config decides (and a two-wave tokens-as-M gate/up must
   // exist for 128).
   {
