@@ -156,6 +156,7 @@ inline MoeForwardArgs ep_single_args(const EpRank& r, const EpTokens& t, void* y
   a.topk_weights = TensorRef::contiguous(t.weights.get(), DType::f32, {t.T, k}, Device::cuda, device);
   a.y = TensorRef::contiguous(y, DType::bf16, {t.T, H}, Device::cuda, device);
   a.mode = mode;
+  a.intermediate_scale_block = 64;  // as the EP layer quantizes its intermediate (ep_layer.cpp)
   return a;
 }
 

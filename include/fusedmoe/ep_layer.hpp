@@ -3,8 +3,10 @@
 // every token's activations once to each rank that owns one of its experts, runs the local fused
 // layer on what arrived, sends the weighted results back and combines them on the token's rank.
 // Counts are exchanged on the device and every buffer is sized by max_tokens_per_rank, so a
-// step has no host synchronization and captures into a CUDA graph. docs/design.md ("Expert
-// parallelism") has the data flow and the bytes per row.
+// step has no host synchronization and captures into a CUDA graph. FP8 layers quantize the
+// intermediate per 64 columns at every size (MoeForwardArgs::intermediate_scale_block = 64): the
+// single-GPU layer to compare with is asked for the same. docs/design.md ("Expert parallelism")
+// has the data flow and the bytes per row.
 #pragma once
 
 #include <cstddef>

@@ -424,6 +424,10 @@ MoeForwardArgs local_args(const EpMoeLayer::Impl& L, const EpForwardArgs& a, con
   la.validate_routing = false;
   la.y = TensorRef::contiguous(w.y_local, DType::bf16, {rows, L.H}, Device::cuda, device);
   la.mode = local_mode(a.combine, a.mode);
+  // The intermediate per 64 at every size: this local layer runs on R * cap rows of every rank's
+  // tokens, so a size-dependent choice (MoeForwardArgs::intermediate_scale_block) could not match
+  // what a single-GPU layer picks for each rank's T.
+  la.intermediate_scale_block = 64;
   return la;
 }
 
@@ -530,6 +534,7 @@ void shared_step(const EpMoeLayer::Impl& L, const EpForwardArgs& a, const EpWork
   sa.validate_routing = false;
   sa.y = TensorRef::contiguous(w.shared_y, DType::bf16, {T, L.H}, Device::cuda, device);
   sa.mode = ReductionMode::deterministic;
+  sa.intermediate_scale_block = 64;  // as the local layer's (local_args)
   sa.max_sms = a.shared_sms;
   L.shared->forward(sa, w.shared_ws, w.shared_ws_bytes, reinterpret_cast<Stream>(stream));
 }

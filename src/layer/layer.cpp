@@ -764,7 +764,12 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   {
     const GemmConfigInfo up = gemm_config_info(plan.up_config);
     const bool up_pairs = L.fp8 && up.operands == GemmOperands::tokens_m && up.waves == 2;
-    bool s128 = up_pairs && !det;
+    const int asked = a.intermediate_scale_block;
+    FMOE_REQUIRE(asked == 0 || asked == 64 || asked == 128, "%s: intermediate_scale_block=%d must be "
+                 "0 (the layer's choice), 64 or 128", kOp, asked);
+    FMOE_REQUIRE(asked != 128 || !L.fp8 || up_pairs, "%s: intermediate_scale_block=128 needs GEMM 1 in "
+                 "two-wave tokens-as-M tiles (fp8, BLOCK_T=128); at T=%d it runs %s", kOp, T, up.name);
+    bool s128 = L.fp8 && (asked == 0 ? up_pairs && !det : asked == 128);
     const GemmConfigId forced = knobs().force_config.empty() ? GemmConfigId::count
                                                              : gemm_config_by_name(knobs().force_config);
     if (forced != GemmConfigId::count) {

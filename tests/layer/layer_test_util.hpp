@@ -38,6 +38,7 @@ struct LayerCase {
   int T = 0;
   ReductionMode mode = ReductionMode::fast;
   LayerRoute route = LayerRoute::computed;
+  int intermediate_scale_block = 0;  // MoeForwardArgs's (0: the layer's choice)
   std::string describe() const {
     return strf("%s T=%d %s %s route=%d", cfg.summary().c_str(), T, reduction_mode_name(mode),
                 precision_name(cfg.weight_precision), int(route));
@@ -139,6 +140,7 @@ inline LayerRun run_layer(const MoeLayer& layer, const LayerCase& c, const Layer
   a.router_logits = TensorRef::contiguous(d_logits.get(), DType::f32, {T, c.cfg.num_experts}, Device::cuda);
   a.y = TensorRef::contiguous(d_y.get(), DType::bf16, {T, H}, Device::cuda);
   a.mode = c.mode;
+  a.intermediate_scale_block = c.intermediate_scale_block;
   a.validate_routing = validate;
   if (c.route == LayerRoute::given) {
     d_ids = DeviceBuffer::from(ids_override ? *ids_override : d.given.ids);

@@ -308,6 +308,27 @@ TEST(LayerGpu, TokensOnMNeedTwoWeightScalesPerWave) {
     EXPECT_EQ(run_det.plan.h_block, 64);
     check_gate_up(det, d, g.layer->impl(), run_det, det.describe());
     check_down(det, d, g.layer->impl(), run_det, det.describe());
+    // MoeForwardArgs::intermediate_scale_block asks: 64 in fast mode (the EP layer's), 128 in
+    // deterministic mode where GEMM 1 can write it; 128 without two-wave tokens-as-M tiles and
+    // other values are Errors.
+    for (const auto& [mode, block] : {std::pair{ReductionMode::fast, 64}, std::pair{ReductionMode::deterministic, 128}}) {
+      LayerCase asked = make_case(cfg, 300, mode);
+      asked.intermediate_scale_block = block;
+      const std::string ctx = asked.describe() + strf(" intermediate_scale_block=%d", block);
+      if (I == 96 && block == 128) {
+        test::expect_error([&] { run_layer(*g.layer, asked, d); }, "intermediate_scale_block=128 needs GEMM 1");
+        continue;
+      }
+      const LayerRun r = run_layer(*g.layer, asked, d);
+      EXPECT_EQ(r.plan.h_block, block) << ctx;
+      check_gate_up(asked, d, g.layer->impl(), r, ctx);
+      check_down(asked, d, g.layer->impl(), r, ctx);
+    }
+    {
+      LayerCase bad = make_case(cfg, 300, ReductionMode::fast);
+      bad.intermediate_scale_block = 32;
+      test::expect_error([&] { run_layer(*g.layer, bad, d); }, "intermediate_scale_block=32 must be");
+    }
     if (I == 96) {
       detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, "up_fp8_bt128_w2_tm_s4");
       test::expect_error([&] { run_layer(*g.layer, c, d); }, "puts tokens on wgmma's M side");
