@@ -13,19 +13,30 @@
 // launch i uses copy i % copies, so the weight bytes one launch touches times `copies` is at
 // least 3x the L2 (within a memory cap; a row says when not). Weights are drawn as codes
 // (cli::random_layer_codes): seconds for the largest presets.
+//
+// --configs all (the tuning run): after the automatic choice, every compiled grouped-GEMM config
+// of the layer's weight format and of either GEMM is forced in turn (FMOE_FORCE_CONFIG's path:
+// the other GEMM and the token-tile width follow the layer's rules around it); each distinct
+// (gate/up, down) pair the plans then run is checked like the automatic one and timed end to end
+// ("layer.tune" rows), and one line per case says how the automatic choice compares with the
+// fastest pair. Configs a plan refuses (a width or wave count the shapes do not allow) are listed.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "bench/registry.hpp"
 #include "common/cuda_check.hpp"
 #include "common/device_buffer.hpp"
+#include "common/env.hpp"
+#include "gemm/gemm_config.hpp"
 #include "layer/layer_plan.hpp"
 #include "ref/ref.hpp"
 #include "tools/layer_case.hpp"
@@ -43,6 +54,7 @@ constexpr double kCheckMacsMax = 4e10;     // T * k_total * 3 * H * I above this
 constexpr int kLaunchesPerGraph = 20;
 constexpr int kMaxCopies = 32;
 constexpr double kFirstLaunchSeconds = 60;
+constexpr int kTuneReps = 10;  // graph replays per forced pair (30 for the automatic rows)
 
 const std::vector<long long> kDefaultTokens = {1, 8, 32, 128, 512, 2048, 8192};
 const char* const kDefaultPresets = "qwen3-30b-a3b,qwen3.5-35b-a3b,deepseek-v3";
@@ -53,6 +65,7 @@ struct Options {
   std::vector<Precision> precisions;
   std::vector<ReductionMode> modes;
   bool stages = true;
+  bool tune = false;  // --configs all
   uint64_t seed = 1;
 };
 
@@ -67,6 +80,8 @@ class LayerBench {
 
  private:
   void add_row(Row row, const std::string& note);
+  void tune(const MoeForwardArgs& a, int T, int copies, int per_graph, const Row& auto_row,
+            const std::function<const ref::LayerResult*(int)>& reference, const DeviceBuffer& d_y);
 
   const Context& ctx_;
   MoeConfig cfg_;
@@ -121,9 +136,17 @@ void LayerBench::run_tokens(int T) {
   // The reference, when it takes seconds.
   const MoeLayer::Impl& L = gpu_.layer->impl();
   const bool checked = double(T) * L.k_total * 3.0 * H * L.I_pad <= kCheckMacsMax;
-  std::unique_ptr<ref::LayerResult> want;
+  // The reference quantizes the fp8 intermediate with the plan's scale block (64 or 128 columns:
+  // LayerPlan::h_block), one result per block, computed when first needed.
+  std::unique_ptr<ref::LayerResult> wants[2];
+  auto reference = [&](int h_block) -> const ref::LayerResult* {
+    if (!checked) return nullptr;
+    std::unique_ptr<ref::LayerResult>& w = wants[h_block == 128 ? 1 : 0];
+    if (!w) w = std::make_unique<ref::LayerResult>(ref::moe_layer(host_, in.x.data(), in.logits.data(), T, h_block));
+    return w.get();
+  };
   auto t0 = std::chrono::steady_clock::now();
-  if (checked) want = std::make_unique<ref::LayerResult>(ref::moe_layer(host_, in.x.data(), in.logits.data(), T));
+  reference(64);
   const double ref_s = seconds_since(t0);
 
   const int wanted = std::max(1, int(std::ceil(kColdL2Factor * ctx_.ceil->l2_bytes / (weight_bytes + io_bytes))));
@@ -164,7 +187,7 @@ void LayerBench::run_tokens(int T) {
                      strf("layer %s T=%d, first launch", c.name.c_str(), T));
     const std::vector<uint16_t> y_first = d_y.to_host<uint16_t>();
     std::string note;
-    if (want) {
+    if (const ref::LayerResult* want = reference(plans[0].h_block)) {
       const cli::LayerCheck chk = cli::check_layer_output(y_first, want->y, H, L.fp8);
       FMOE_REQUIRE(chk.ok(), "bench layer: %s T=%d %s differs from the CPU reference (seed %llu): %s",
                    c.name.c_str(), T, reduction_mode_name(mode), (unsigned long long)opt_.seed,
@@ -197,6 +220,7 @@ void LayerBench::run_tokens(int T) {
     row.bytes = weight_bytes + io_bytes;
     row.weight_bytes = weight_bytes;
     add_row(row, note + ", " + common);
+    if (opt_.tune) tune(a, T, copies, per_graph, row, reference, d_y);
     if (!opt_.stages) continue;
     for (const LayerStage stage : detail::kLayerStages) {
       // No schedule kernel runs where the GEMM builds the table or the GEMVs need none.
@@ -222,6 +246,82 @@ void LayerBench::run_tokens(int T) {
                                                        : ""));
     }
   }
+}
+
+// The tuning run (--configs all): see the top of this file.
+void LayerBench::tune(const MoeForwardArgs& a, int T, int copies, int per_graph, const Row& auto_row,
+                      const std::function<const ref::LayerResult*(int)>& reference,
+                      const DeviceBuffer& d_y) {
+  const MoeLayer::Impl& L = gpu_.layer->impl();
+  const detail::GemmWeights gw = L.fp8 ? detail::GemmWeights::fp8_block
+                                 : L.e2m1 ? detail::GemmWeights::e2m1 : detail::GemmWeights::bf16;
+  auto layer_of = [&](int i) -> const MoeLayer& { return i == 0 ? *gpu_.layer : *copies_[size_t(i)]; };
+  auto pair_name = [](const LayerPlan& p) {
+    if (p.gemv) return std::string("decode GEMVs");
+    return strf("%s+%s", detail::gemm_config_info(p.up_config).name,
+                detail::gemm_config_info(p.down_config).name);
+  };
+  std::set<std::string> seen = {auto_row.config};
+  std::string best = auto_row.config + " (automatic)", refused;
+  double best_us = auto_row.t.median_us;
+  int timed = 0;
+  for (int i = 0; i < int(detail::GemmConfigId::count); ++i) {
+    const detail::GemmConfigInfo ci = detail::gemm_config_info(detail::GemmConfigId(i));
+    const bool up = ci.epilogue == detail::GemmEpilogue::swiglu;
+    const bool down = ci.epilogue == detail::GemmEpilogue::combine && ci.rows != detail::GemmRows::gathered;
+    if (ci.weights != gw || !(up || down)) continue;
+    std::vector<LayerPlan> plans;
+    {
+      detail::ScopedKnob<std::string> forced(&detail::Knobs::force_config, ci.name);
+      try {
+        for (int c = 0; c < copies; ++c)
+          plans.push_back(detail::plan_layer_forward(layer_of(c).impl(), a, workspace_.get(),
+                                                     workspace_.bytes(), ctx_.stream));
+      } catch (const Error&) {
+        refused += std::string(refused.empty() ? "" : ", ") + ci.name;
+        continue;
+      }
+    }
+    const std::string pair = pair_name(plans[0]);
+    if (!seen.insert(pair).second) continue;  // another forced name led to the same kernels
+    for (LayerStage s : detail::kLayerStages) detail::run_layer_stage(plans[0], s, ctx_.stream);
+    cli::wait_or_die(ctx_.stream, kFirstLaunchSeconds,
+                     strf("layer %s T=%d, first launch with %s forced", cfg_.name.c_str(), T, ci.name));
+    const std::vector<uint16_t> y = d_y.to_host<uint16_t>();
+    std::string note;
+    if (const ref::LayerResult* want = reference(plans[0].h_block)) {
+      const cli::LayerCheck chk = cli::check_layer_output(y, want->y, cfg_.hidden, L.fp8);
+      FMOE_REQUIRE(chk.ok(), "bench layer --configs all: %s T=%d %s with %s forced differs from the "
+                   "CPU reference (seed %llu): %s", cfg_.name.c_str(), T, auto_row.mode.c_str(), ci.name,
+                   (unsigned long long)opt_.seed, cli::describe_layer_check(chk, y, want->y, cfg_.hidden).c_str());
+      note = strf("rel L2 err %.1e", chk.rel_l2);
+    } else {
+      for (size_t j = 0; j < y.size(); ++j)
+        FMOE_REQUIRE(std::isfinite(fmt::bf16_to_float(y[j])), "bench layer --configs all: %s T=%d with "
+                     "%s forced: y[%zu] is not finite", cfg_.name.c_str(), T, ci.name, j);
+      note = "unchecked (large; finite)";
+    }
+    const Stats t = time_graph([&](cudaStream_t st, int n) {
+      for (LayerStage s : detail::kLayerStages) detail::run_layer_stage(plans[size_t(n % copies)], s, st);
+    }, ctx_.stream, per_graph, kTuneReps);
+    Row row = auto_row;
+    row.op = "layer.tune";
+    row.config = pair;
+    row.t = t;
+    add_row(row, strf("%s forced, automatic / this %.3f, %s", ci.name, auto_row.t.median_us / t.median_us,
+                      note.c_str()));
+    ++timed;
+    if (t.median_us < best_us) {
+      best_us = t.median_us;
+      best = pair;
+    }
+  }
+  std::printf("# tune %s T=%d %s: automatic %s %.1f us; fastest of %d other pairs: %s %.1f us: the "
+              "automatic choice takes %.3fx the fastest%s%s\n", cfg_.name.c_str(), T,
+              auto_row.mode.c_str(), auto_row.config.c_str(), auto_row.t.median_us, timed, best.c_str(),
+              best_us, auto_row.t.median_us / best_us, refused.empty() ? "" : "; refused by the plan: ",
+              refused.c_str());
+  std::fflush(stdout);
 }
 
 std::vector<std::string> split(const std::string& s) {
@@ -253,6 +353,7 @@ Options parse_options(const cli::Args& args, const char* presets, const char* pr
   if (mode == "fast" || mode == "both") o.modes.push_back(ReductionMode::fast);
   if (mode == "deterministic" || mode == "both") o.modes.push_back(ReductionMode::deterministic);
   o.stages = args.str("stages", "on") == "on";
+  o.tune = args.str("configs", "auto") == "all";
   o.seed = uint64_t(args.integer("seed", 1, 0, 1ll << 62));
   return o;
 }
@@ -302,6 +403,9 @@ const std::vector<BenchOption> kOptions = {
     {"mode", "fast|deterministic|both", "reduction modes to time (default fast)", Kind::choice,
      {"fast", "deterministic", "both"}},
     {"stages", "on|off", "also time each stage alone (default on)", Kind::choice, {"on", "off"}},
+    {"configs", "auto|all", "all: the tuning run, every compiled GEMM config of either layer GEMM "
+     "forced in turn, each distinct pair checked and timed against the automatic choice (default auto)",
+     Kind::choice, {"auto", "all"}},
     {"seed", "N", "seed of the random weights and inputs (default 1)", Kind::integer, {}, 0, 1ll << 62},
 };
 

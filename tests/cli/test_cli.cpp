@@ -364,6 +364,13 @@ TEST(Cli, BenchOpHelpPrintsTheOpsOwnOptions) {
     EXPECT_TRUE(has(r.out, "\n  " + std::string(opt))) << opt << "\n" << r.out;
   EXPECT_FALSE(has(r.out, "ep-child")) << "the rank option is internal\n" << r.out;
 
+  r = run_cli("bench --op layer --help");
+  EXPECT_EQ(r.code, 0) << r.out;
+  for (const char* opt : {"--presets LIST", "--precision fp8|bf16|both|nvfp4|mxfp4", "--stages on|off",
+                          "--configs auto|all", "--json PATH"})
+    EXPECT_TRUE(has(r.out, "\n  " + std::string(opt))) << opt << "\n" << r.out;
+  expect_usage_error("bench --op layer --configs some", "--configs");
+
   r = run_cli("bench --op moe_fp8_all --help");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(has(r.out, "\n  --stages on|off")) << r.out;
