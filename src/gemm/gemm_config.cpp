@@ -207,15 +207,25 @@ int select_block_t(int T, int k, int E, const std::string& forced,
   // token tile (from L2 after the first, but still issue and smem work); a tile much wider
   // computes and stages empty columns. Expected rows per expert: T * k / E.
   const double rows = double(T) * k / E;
+  // NVFP4 weights keep BLOCK_T=16 up to 8 rows per expert: a Poisson(8) count still exceeds 16
+  // with probability 0.4%, and the two-CTA BLOCK_T=16 tiles hold 8 stages of weights in flight
+  // against 6 (the layer tuning run, `bench --op layer --configs all`, H200: qwen3-30b-a3b T=128
+  // 180.7 -> 163.6 us, qwen3.5-35b-a3b T=256 249.1 -> 248.5; at 10 rows the two presets disagree,
+  // -6% / +2%). FP8 keeps 6: at 8 rows its two presets disagree as well (-1.2% / +2.7%).
+  const bool e2m1 = families.size() > 0 && families.begin()->weights == GemmWeights::e2m1;
+  const double narrow_max = e2m1 ? 8 : 6;
   int bt;
   const char* why;
-  if (rows <= 6) {
+  if (rows <= narrow_max) {
     bt = 16;
-    why = "<= 6 rows per expert expected (decode): BLOCK_T=16 keeps nearly every expert in one "
-          "token tile (a Poisson(6) count exceeds 16 with probability < 0.1%)";
+    why = e2m1 ? "<= 8 rows per expert expected (decode, NVFP4): BLOCK_T=16 keeps nearly every expert "
+                 "in one token tile (a Poisson(8) count exceeds 16 with probability 0.4%) with the "
+                 "most weight stages in flight"
+               : "<= 6 rows per expert expected (decode): BLOCK_T=16 keeps nearly every expert in one "
+                 "token tile (a Poisson(6) count exceeds 16 with probability < 0.1%)";
   } else if (rows <= 16) {
     bt = 32;
-    why = "7-16 rows per expert expected: BLOCK_T=32 holds the typical expert in one tile";
+    why = "up to 16 rows per expert expected: BLOCK_T=32 holds the typical expert in one tile";
   } else if (rows <= 40) {
     bt = 64;
     why = "17-40 rows per expert expected: BLOCK_T=64 holds the typical expert in one tile";

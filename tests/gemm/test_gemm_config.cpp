@@ -33,6 +33,12 @@ TEST(GemmConfig, TileWidthFollowsRowsPerExpert) {
   EXPECT_EQ(bt(1024, 8, 256), 64);   // 32 rows
   EXPECT_EQ(bt(4096, 8, 256), 128);  // 128 rows
   EXPECT_EQ(bt(16384, 8, 128), 128);
+  // NVFP4 weights keep BLOCK_T=16 up to 8 rows per expert (measured: the two-CTA tiles' stages).
+  auto bt4 = [](int T, int k, int E) { return select_block_t(T, k, E, "", {kUpE2m1, kDownE2m1}, nullptr); };
+  EXPECT_EQ(bt(128, 8, 128), 32);   // Qwen3-30B-A3B fp8: 8 rows
+  EXPECT_EQ(bt4(128, 8, 128), 16);  // NVFP4: 8 rows
+  EXPECT_EQ(bt4(160, 8, 128), 32);  // 10 rows
+  EXPECT_EQ(bt4(1024, 8, 256), 64);
 }
 
 TEST(GemmConfig, EveryFamilyHasEveryWidthAndNamesAreUnique) {
