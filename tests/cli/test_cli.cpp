@@ -367,7 +367,7 @@ TEST(Cli, BenchOpHelpPrintsTheOpsOwnOptions) {
   r = run_cli("bench --op layer --help");
   EXPECT_EQ(r.code, 0) << r.out;
   for (const char* opt : {"--presets LIST", "--precision fp8|bf16|both|nvfp4|mxfp4", "--stages on|off",
-                          "--configs auto|all", "--json PATH"})
+                          "--configs auto|all", "--routing model|unbiased", "--json PATH"})
     EXPECT_TRUE(has(r.out, "\n  " + std::string(opt))) << opt << "\n" << r.out;
   expect_usage_error("bench --op layer --configs some", "--configs");
 
