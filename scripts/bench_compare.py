@@ -21,7 +21,12 @@ def load(path):
         doc = json.load(f)
     rows = {}
     for r in doc.get("rows", []):
-        key = (r["op"], r["shape"], r["tokens"], r.get("mode", ""))
+        shape = r["shape"]
+        # The tuning run's rows (`bench --op layer --configs all`) share op, shape and T: one row
+        # per config pair.
+        if r["op"].endswith(".tune"):
+            shape += " " + r.get("config", "").split("/")[0]
+        key = (r["op"], shape, r["tokens"], r.get("mode", ""))
         rows[key] = r
     return doc, rows
 
@@ -56,13 +61,15 @@ def main(argv=None):
         for k in rows:
             if k not in keys and (not keep or k[0] in keep):
                 keys.append(k)
-    head = f"{'op':24s} {'shape':28s} {'T':>6s} " + " ".join(f"{l:>10s}" for l in labels)
+    wo = max([24] + [len(k[0]) for k in keys])
+    ws = max([28] + [len(k[1]) for k in keys])
+    head = f"{'op':{wo}s} {'shape':{ws}s} {'T':>6s} " + " ".join(f"{l:>10s}" for l in labels)
     head += "".join(f" {l + '/' + labels[0]:>12s}" for l in labels[1:])
     print(head)
     logs = [[] for _ in labels[1:]]
     for k in keys:
         vals = [t[k]["median_us"] if k in t else None for t in tables]
-        line = f"{k[0][:24]:24s} {k[1][:28]:28s} {k[2]:6d} "
+        line = f"{k[0]:{wo}s} {k[1]:{ws}s} {k[2]:6d} "
         line += " ".join(f"{v:10.2f}" if v is not None else f"{'-':>10s}" for v in vals)
         for i, v in enumerate(vals[1:]):
             if v is not None and vals[0]:
