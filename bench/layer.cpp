@@ -70,6 +70,12 @@ struct Options {
   uint64_t seed = 1;
 };
 
+// The kernels a plan runs for the two GEMMs (a row's config).
+std::string kernels_of(const LayerPlan& p) {
+  if (p.gemv) return "decode GEMVs";
+  return strf("%s+%s", detail::gemm_config_info(p.up_config).name, detail::gemm_config_info(p.down_config).name);
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -81,6 +87,7 @@ class LayerBench {
 
  private:
   void add_row(Row row, const std::string& note);
+  const MoeLayer& layer_of(int copy) const { return copy == 0 ? *gpu_.layer : *copies_[size_t(copy)]; }
   void tune(const MoeForwardArgs& a, int T, int copies, int per_graph, const Row& auto_row,
             const std::function<const ref::LayerResult*(int)>& reference, const DeviceBuffer& d_y);
 
@@ -162,7 +169,6 @@ void LayerBench::run_tokens(int T) {
   if (copies_.empty()) copies_.push_back(nullptr);  // slot 0: gpu_.layer
   while (int(copies_.size()) < copies)
     copies_.push_back(std::make_unique<MoeLayer>(c, gpu_.weights, ctx_.stream));
-  auto layer_of = [&](int i) -> const MoeLayer& { return i == 0 ? *gpu_.layer : *copies_[size_t(i)]; };
   const int per_graph = copies * ((kLaunchesPerGraph + copies - 1) / copies);
 
   const std::vector<uint16_t> x_bits = cli::to_bf16_bits(in.x);
@@ -188,8 +194,7 @@ void LayerBench::run_tokens(int T) {
     for (int i = 0; i < copies; ++i)
       plans.push_back(detail::plan_layer_forward(layer_of(i).impl(), a, workspace_.get(),
                                                  workspace_.bytes(), ctx_.stream));
-    const std::string config = strf("%s+%s", detail::gemm_config_info(plans[0].up_config).name,
-                                    detail::gemm_config_info(plans[0].down_config).name);
+    const std::string config = kernels_of(plans[0]);
     gpu_.layer->forward(a, workspace_.get(), workspace_.bytes(), ctx_.stream);
     cli::wait_or_die(ctx_.stream, kFirstLaunchSeconds,
                      strf("layer %s T=%d, first launch", c.name.c_str(), T));
@@ -263,12 +268,6 @@ void LayerBench::tune(const MoeForwardArgs& a, int T, int copies, int per_graph,
   const MoeLayer::Impl& L = gpu_.layer->impl();
   const detail::GemmWeights gw = L.fp8 ? detail::GemmWeights::fp8_block
                                  : L.e2m1 ? detail::GemmWeights::e2m1 : detail::GemmWeights::bf16;
-  auto layer_of = [&](int i) -> const MoeLayer& { return i == 0 ? *gpu_.layer : *copies_[size_t(i)]; };
-  auto pair_name = [](const LayerPlan& p) {
-    if (p.gemv) return std::string("decode GEMVs");
-    return strf("%s+%s", detail::gemm_config_info(p.up_config).name,
-                detail::gemm_config_info(p.down_config).name);
-  };
   std::set<std::string> seen = {auto_row.config};
   std::string best = auto_row.config + " (automatic)", refused;
   double best_us = auto_row.t.median_us;
@@ -290,7 +289,7 @@ void LayerBench::tune(const MoeForwardArgs& a, int T, int copies, int per_graph,
         continue;
       }
     }
-    const std::string pair = pair_name(plans[0]);
+    const std::string pair = kernels_of(plans[0]);
     if (!seen.insert(pair).second) continue;  // another forced name led to the same kernels
     for (LayerStage s : detail::kLayerStages) detail::run_layer_stage(plans[0], s, ctx_.stream);
     cli::wait_or_die(ctx_.stream, kFirstLaunchSeconds,
