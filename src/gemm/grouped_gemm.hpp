@@ -108,7 +108,8 @@ struct GroupedGemmParams {
   int prefetch_units;           // L2 prefetch of the weights expected first (0: off)
   int narrow_tails = 1;         // token tiles whose routes fit a half / a quarter of BLOCK_T run
                                 // narrower wgmmas (fp8 and e2m1 weights as M: TileWidth,
-                                // sm90_gemm_mainloop.cuh); 0: every tile at full width
+                                // sm90_gemm_mainloop.cuh), two-wave tokens-as-M combine tiles of
+                                // <= 64 routes at half height (HalfTile); 0: every tile at full size
 };
 
 /// The output row that prepared row r of a paired_rows weight tile holds: in each 16, rows r < 8

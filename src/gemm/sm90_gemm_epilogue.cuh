@@ -186,28 +186,47 @@ struct Epilogue<Cfg, GemmEpilogue::combine> {
     }
   }
 
+  // tokens_m: the wave of s.wb for tokens c0, c0 + 8 of the tile, the variant chosen by the
+  // parameters.
+  __device__ static void store_tokens_m(const GroupedGemmParams& p, const Segment& s,
+                                        const typename Cfg::TileMeta& m,
+                                        const float (&acc)[Cfg::kAccRegs], int c0, int q) {
+    if (p.out_type == GemmOut::bf16) {  // the launch checked: deterministic
+      if (p.paired_rows) tokens_m_rows<Rows::paired, true, GemmOut::bf16>(p, s, m, acc, c0, q);
+      else if (p.N % 4 == 0) tokens_m_rows<Rows::quad, true, GemmOut::bf16>(p, s, m, acc, c0, q);
+      else tokens_m_rows<Rows::plain, true, GemmOut::bf16>(p, s, m, acc, c0, q);
+      return;
+    }
+    if (p.paired_rows) {
+      if (p.deterministic) tokens_m_rows<Rows::paired, true>(p, s, m, acc, c0, q);
+      else tokens_m_rows<Rows::paired, false>(p, s, m, acc, c0, q);
+    } else if (p.N % 4 == 0) {
+      if (p.deterministic) tokens_m_rows<Rows::quad, true>(p, s, m, acc, c0, q);
+      else tokens_m_rows<Rows::quad, false>(p, s, m, acc, c0, q);
+    } else {
+      if (p.deterministic) tokens_m_rows<Rows::plain, true>(p, s, m, acc, c0, q);
+      else tokens_m_rows<Rows::plain, false>(p, s, m, acc, c0, q);
+    }
+  }
+
+  // A half-height tile (HalfTile, sm90_gemm_scheduler.cuh): consumer c holds wave c (weight tile
+  // 2 wb + c) of the tile's first 64 tokens.
+  __device__ static void store_half(const GroupedGemmParams& p, const Segment& s,
+                                    const typename Cfg::TileMeta& m, typename Cfg::SharedStorage&,
+                                    const float (&acc)[Cfg::kAccRegs], int wgc, int tid) {
+    static_assert(Cfg::kTokensM && Cfg::kWaves == 2, "two-wave tokens-as-M tiles");
+    const int warp = tid / 32, lane = tid % 32;
+    Segment sw = s;
+    sw.wb = 2 * s.wb + wgc;
+    store_tokens_m(p, sw, m, acc, 16 * warp + lane / 4, lane % 4);
+  }
+
   __device__ static void store(const GroupedGemmParams& p, const Segment& s,
                                const typename Cfg::TileMeta& m, typename Cfg::SharedStorage&,
                                const float (&acc)[Cfg::kAccRegs], int wgc, int tid) {
     const int warp = tid / 32, lane = tid % 32;
     if constexpr (Cfg::kTokensM) {
-      const int c0 = 64 * wgc + 16 * warp + lane / 4, q = lane % 4;
-      if (p.out_type == GemmOut::bf16) {  // the launch checked: deterministic
-        if (p.paired_rows) tokens_m_rows<Rows::paired, true, GemmOut::bf16>(p, s, m, acc, c0, q);
-        else if (p.N % 4 == 0) tokens_m_rows<Rows::quad, true, GemmOut::bf16>(p, s, m, acc, c0, q);
-        else tokens_m_rows<Rows::plain, true, GemmOut::bf16>(p, s, m, acc, c0, q);
-        return;
-      }
-      if (p.paired_rows) {
-        if (p.deterministic) tokens_m_rows<Rows::paired, true>(p, s, m, acc, c0, q);
-        else tokens_m_rows<Rows::paired, false>(p, s, m, acc, c0, q);
-      } else if (p.N % 4 == 0) {
-        if (p.deterministic) tokens_m_rows<Rows::quad, true>(p, s, m, acc, c0, q);
-        else tokens_m_rows<Rows::quad, false>(p, s, m, acc, c0, q);
-      } else {
-        if (p.deterministic) tokens_m_rows<Rows::plain, true>(p, s, m, acc, c0, q);
-        else tokens_m_rows<Rows::plain, false>(p, s, m, acc, c0, q);
-      }
+      store_tokens_m(p, s, m, acc, 64 * wgc + 16 * warp + lane / 4, lane % 4);
       return;
     }
     const int group = s.wb * Cfg::WAVE_W + 64 * wgc + 16 * warp;  // this warp's 16 weight rows

@@ -188,6 +188,8 @@ struct RowLoader<Cfg, GemmRows::tma_s128> : RowLoader<Cfg, GemmRows::tma> {
 //   projection 2-3% faster). Probably the L2 reuse of the static round robin: the token tiles of
 //   one weight tile run side by side on neighbouring CTAs and share its k-blocks in L2 while they
 //   stay in step; a tile that finishes early moves its CTA ahead of its neighbours for good.
+//   The two-wave down configs run such a tail at half height instead (HalfTile,
+//   sm90_gemm_scheduler.cuh).
 // - bf16 weights: not measured (compute-bound at prefill, where that drift would cost most).
 // - the fp8 two-wave swiglu tile with weights as M: its consumers sit at their register budget
 //   (Mma's note), and the narrow variants made ptxas spill 196 bytes. The layer runs that tile
@@ -346,45 +348,66 @@ struct MmaTokensM {
 
   __device__ void stage(const typename Cfg::Stage& st, float (&acc)[Cfg::kWaves][Cfg::kAccRegs],
                         int wgc, int tid, uint64_t* empty) {
-    using W = ptx::WgmmaFp8<Cfg::WAVE_W>;
     const int warp = tid / 32, lane = tid % 32;
     const int t0 = 64 * wgc + 16 * warp + lane / 4;  // this thread's token rows t0, t0 + 8
     const uint64_t desc_a = ptx::smem_desc_k128b(st.a + 64 * wgc * 128);
 #pragma unroll
-    for (int wave = 0; wave < Cfg::kWaves; ++wave) {
-      const uint64_t desc_w = ptx::smem_desc_k128b(st.w + wave * Cfg::WAVE_W * 128);
+    for (int wave = 0; wave < Cfg::kWaves; ++wave)
 #pragma unroll
-      for (int blk = 0; blk < Cfg::kScaleBlocks; ++blk) {
+      for (int blk = 0; blk < Cfg::kScaleBlocks; ++blk)
+        block(st, desc_a, wave, blk, t0, acc[wave],
+              wave == Cfg::kWaves - 1 && blk == Cfg::kScaleBlocks - 1 ? empty : nullptr);
+  }
+
+  // A half-height tile (HalfTile): the tile's first 64 tokens, consumer c multiplying them by
+  // wave c alone into acc_c (its one accumulator). The same wgmmas and promotions as the full
+  // tile's consumer 0 runs for these tokens, so each value comes out bit for bit the same.
+  __device__ void stage_half(const typename Cfg::Stage& st, float (&acc_c)[Cfg::kAccRegs], int wgc,
+                             int tid, uint64_t* empty) {
+    static_assert(Cfg::kWaves == 2, "one wave per consumer");
+    const int warp = tid / 32, lane = tid % 32;
+    const uint64_t desc_a = ptx::smem_desc_k128b(st.a);
 #pragma unroll
-        for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(part[i]);
-        ptx::wgmma_fence();
+    for (int blk = 0; blk < Cfg::kScaleBlocks; ++blk)
+      block(st, desc_a, wgc, blk, 16 * warp + lane / 4, acc_c,
+            blk == Cfg::kScaleBlocks - 1 ? empty : nullptr);
+  }
+
+ private:
+  // One scale block of K: 64 tokens (desc_a) x weight wave `wave`, summed into part, promoted
+  // into a (this thread's token rows t0, t0 + 8); `empty` set: the stage's last read by this
+  // thread, handed back after the wait.
+  __device__ __forceinline__ void block(const typename Cfg::Stage& st, uint64_t desc_a, int wave,
+                                        int blk, int t0, float (&a)[Cfg::kAccRegs], uint64_t* empty) {
+    using W = ptx::WgmmaFp8<Cfg::WAVE_W>;
+    const uint64_t desc_w = ptx::smem_desc_k128b(st.w + wave * Cfg::WAVE_W * 128);
 #pragma unroll
-        for (int kk = 0; kk < kSteps; ++kk) {  // 32 bytes of K = 2 in descriptor units
-          const int k2 = 2 * (blk * kSteps + kk);
-          W::mma(desc_a + k2, desc_w + k2, part, kk > 0);
-        }
-        ptx::wgmma_commit();
-        // While the wgmmas run: the two token scales and the wave's gate and up scales (one
-        // value for the combine GEMMs' 128x128 blocks).
-        const float sa0 = st.sa[blk][t0], sa1 = st.sa[blk][t0 + 8];
-        const float sg = st.sb[wave][0], su = Cfg::kGroupScales ? st.sb[wave][1] : sg;
-        ptx::wgmma_wait<0>();
+    for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(part[i]);
+    ptx::wgmma_fence();
 #pragma unroll
-        for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(part[i]);
-        // Everything this thread reads of the stage is in registers after the last wait.
-        if (wave == Cfg::kWaves - 1 && blk == Cfg::kScaleBlocks - 1) cuda::ptx::mbarrier_arrive(empty);
-        const float g0 = sa0 * sg, g1 = sa1 * sg, u0 = sa0 * su, u1 = sa1 * su;
-        float* a = acc[wave];
+    for (int kk = 0; kk < kSteps; ++kk) {  // 32 bytes of K = 2 in descriptor units
+      const int k2 = 2 * (blk * kSteps + kk);
+      W::mma(desc_a + k2, desc_w + k2, part, kk > 0);
+    }
+    ptx::wgmma_commit();
+    // While the wgmmas run: the two token scales and the wave's gate and up scales (one
+    // value for the combine GEMMs' 128x128 blocks).
+    const float sa0 = st.sa[blk][t0], sa1 = st.sa[blk][t0 + 8];
+    const float sg = st.sb[wave][0], su = Cfg::kGroupScales ? st.sb[wave][1] : sg;
+    ptx::wgmma_wait<0>();
 #pragma unroll
-        for (int b = 0; b < Cfg::kAccRegs / 4; ++b) {
-          // Weight rows 8b..8b+7 of the wave: gate rows for even b, up rows for odd b.
-          const float s0 = b % 2 == 0 ? g0 : u0, s1 = b % 2 == 0 ? g1 : u1;
-          a[4 * b] = fmaf(part[4 * b], s0, a[4 * b]);
-          a[4 * b + 1] = fmaf(part[4 * b + 1], s0, a[4 * b + 1]);
-          a[4 * b + 2] = fmaf(part[4 * b + 2], s1, a[4 * b + 2]);
-          a[4 * b + 3] = fmaf(part[4 * b + 3], s1, a[4 * b + 3]);
-        }
-      }
+    for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(part[i]);
+    // Everything this thread reads of the stage is in registers after the last wait.
+    if (empty != nullptr) cuda::ptx::mbarrier_arrive(empty);
+    const float g0 = sa0 * sg, g1 = sa1 * sg, u0 = sa0 * su, u1 = sa1 * su;
+#pragma unroll
+    for (int b = 0; b < Cfg::kAccRegs / 4; ++b) {
+      // Weight rows 8b..8b+7 of the wave: gate rows for even b, up rows for odd b.
+      const float s0 = b % 2 == 0 ? g0 : u0, s1 = b % 2 == 0 ? g1 : u1;
+      a[4 * b] = fmaf(part[4 * b], s0, a[4 * b]);
+      a[4 * b + 1] = fmaf(part[4 * b + 1], s0, a[4 * b + 1]);
+      a[4 * b + 2] = fmaf(part[4 * b + 2], s1, a[4 * b + 2]);
+      a[4 * b + 3] = fmaf(part[4 * b + 3], s1, a[4 * b + 3]);
     }
   }
 };

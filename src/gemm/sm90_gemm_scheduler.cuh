@@ -36,6 +36,48 @@ struct Segment {
   int row0;    // compact row of the first column: route_offsets[e] + tb * BLOCK_T
 };
 
+// Half-height tail tiles (tokens as M, two waves; the down GEMM). An expert's routes are padded
+// to whole 128-token tiles, and with tokens as M the padding is wgmma work: a tail of <= 64 routes
+// leaves consumer 1's 64 tokens all absent. Such a tile runs as 64 tokens x both waves instead,
+// consumer c taking wave c (MmaTokensM::stage_half, Epilogue::store_half): the same tensor work
+// on the real tokens in half the wgmmas, with the same operations (bit for bit the same output).
+// A numpy model of the presets' routing puts the real rows at 0.80-0.89 of the padded ones at
+// T = 8192 and 0.50-0.68 at T = 2048.
+// A half tile takes about half a full tile's time, and the walk hands them out in pairs: a CTA
+// that ran one alone drifted ahead of its neighbours for good, and with them out of step the
+// token tiles of one weight tile no longer met its k-blocks in L2 (measured on the H200 with
+// unpaired half tiles: deepseek-v3's T = 8192 down GEMM 1.05x slower, paired 0.95x; session 27's
+// idle-consumer skip lost 1.28x the same way). So an expert with a half tail has, per two weight
+// tiles wb = 2j, 2j + 1: the full tiles of 2j, one item with both tails, the full tiles of
+// 2j + 1 (an odd last weight tile keeps its tail alone). Every item then costs about a full
+// tile, and each tail still runs next to its weight tile's full tiles.
+// Not for the gate/up GEMM (swiglu): with its epilogue (the per-128 amax of a token's two waves
+// exchanged through shared memory) and the gathered rows it ran slower, paired or not, even with
+// the producer copying only the 64 rows (H200, docs/performance.md session 30: deepseek-v3
+// T = 4096 / 8192 1.08x / 1.10x, qwen3-30b-a3b T = 2048 1.16x; faster only at 2 of 9 rows); why
+// is not measured. The diff is docs/tried/half_tiles_with_gate_up.diff.
+// Chosen per expert and tile (FMOE_NARROW_TAILS=0: never); `of` broadcasts from lane 0 as
+// TileWidth's shift does.
+template <class Cfg>
+struct HalfTile {
+  static constexpr bool kOn = Cfg::kTokensM && Cfg::kWaves == 2 && Cfg::kEpi == GemmEpilogue::combine;
+  __device__ static bool of(const GroupedGemmParams& p, int nrows) {
+    static_assert(kOn, "two-wave tokens-as-M combine configs");
+    return __shfl_sync(0xffffffffu, p.narrow_tails && nrows <= 64 ? 1 : 0, 0) != 0;
+  }
+  // Whether an expert of `count` routes, with `tiles` token tiles in the walk's dynamic part (all
+  // of them, or all but tile 0 with static tiles), has its half tail among them.
+  __device__ static bool expert_has(const GroupedGemmParams& p, int count, int tiles) {
+    const int tail = count % Cfg::BLOCK_T;
+    return kOn && p.narrow_tails && tiles > 0 && tail > 0 && tail <= Cfg::BLOCK_T / 2;
+  }
+  // Work items of such an expert over nb weight tiles: pairs of weight tiles of 2 (tiles - 1) + 1
+  // items, and an odd last weight tile's `tiles`.
+  __device__ static int items(const GroupedGemmParams& p, int count, int tiles, int nb) {
+    return expert_has(p, count, tiles) ? nb / 2 * (2 * tiles - 1) + nb % 2 * tiles : nb * tiles;
+  }
+};
+
 template <class Cfg>
 struct TileScheduler {
   const GroupedGemmParams& p;
@@ -62,8 +104,11 @@ struct TileScheduler {
   __device__ TileScheduler(const GroupedGemmParams& params, const typename Cfg::SharedStorage& s,
                            int cta, int ctas)
       : p(params), ss(s) {
-    // Swiglu split K: work items are (tile, part); everything else walks tiles.
-    const int64_t tiles = (static_tiles(p) + int64_t(weight_tiles(p)) * ss.tile_offsets[p.E]) * split();
+    // Swiglu split K: work items are (tile, part); everything else walks tiles (HalfTile: items,
+    // one of them a pair of half tiles).
+    const int64_t dynamic = HalfTile<Cfg>::kOn ? int64_t(ss.item_offsets[p.E])
+                                               : int64_t(weight_tiles(p)) * ss.tile_offsets[p.E];
+    const int64_t tiles = (static_tiles(p) + dynamic) * split();
     rr_end = whole_tiles(p, tiles, ctas);
     tile_rr = cta;
     stride = ctas;
@@ -79,10 +124,32 @@ struct TileScheduler {
     return Cfg::kFusedRoutes > 0 && p.fused_schedule ? ss.counts[e] : min(ss.counts[e], p.T);
   }
 
+  // HalfTile: whether s is the first half tile of a pair (its weight tile even and not the odd
+  // last one, not a static tile), whose second is the same tile of the next weight tile: the same
+  // expert, token tile and k range, so the same rows. Told from s itself, not kept in a flag or
+  // a second Segment: the producer's registers are few (setmaxnreg 56-72; either spilled).
+  __device__ bool pair_first(const Segment& s) const {
+    return HalfTile<Cfg>::kOn && p.narrow_tails && s.nrows > 0 && s.nrows <= Cfg::BLOCK_T / 2 &&
+           s.wb % 2 == 0 && s.wb + 1 < weight_tiles(p) && !(p.static_tiles && s.tb == 0);
+  }
+
+  // The next segment into s, which holds the previous one (the caller's loop variable, nrows = 0
+  // before the first).
   __device__ bool next(Segment& s) {
+    if (pair_first(s)) {
+      ++s.wb;
+      return true;
+    }
     while (next_any(s))
       if (s.nrows > 0) return true;  // skip the static tiles of empty experts
     return false;
+  }
+
+  // The rows of tile (s.e, s.wb, s.tb).
+  __device__ void rows_of(Segment& s) const {
+    s.slot0 = s.e * p.T + s.tb * Cfg::BLOCK_T;
+    s.row0 = ss.route_offsets[s.e] + s.tb * Cfg::BLOCK_T;
+    s.nrows = min(Cfg::BLOCK_T, count_of(s.e) - s.tb * Cfg::BLOCK_T);
   }
 
   __device__ bool next_any(Segment& s) {
@@ -111,21 +178,40 @@ struct TileScheduler {
       s.tb = 0;
     } else {
       tile -= static_tiles(p);
-      // Expert of the tile: the last e with NB * tile_offsets[e] <= tile (empty experts repeat).
-      int lo = 0, hi = p.E;  // invariant: NB * tile_offsets[lo] <= tile < NB * tile_offsets[hi]
+      // Expert of the tile: the last e with first(e) <= tile (empty experts repeat), first(e) =
+      // NB * tile_offsets[e] (or item_offsets[e], HalfTile).
+      auto first = [&](int e) {
+        if constexpr (HalfTile<Cfg>::kOn) return int64_t(ss.item_offsets[e]);
+        return int64_t(NB) * ss.tile_offsets[e];
+      };
+      int lo = 0, hi = p.E;  // invariant: first(lo) <= tile < first(hi)
       while (hi - lo > 1) {
         const int mid = (lo + hi) >> 1;
-        if (int64_t(NB) * ss.tile_offsets[mid] <= tile) lo = mid; else hi = mid;
+        if (first(mid) <= tile) lo = mid; else hi = mid;
       }
       s.e = lo;
-      const int local = int(tile - int64_t(NB) * ss.tile_offsets[lo]);
+      const int local = int(tile - first(lo));
       const int token_tiles = ss.tile_offsets[lo + 1] - ss.tile_offsets[lo];
-      s.wb = local / token_tiles;
-      s.tb = (p.static_tiles ? 1 : 0) + local % token_tiles;
+      const int tb0 = p.static_tiles ? 1 : 0;
+      if (HalfTile<Cfg>::kOn && HalfTile<Cfg>::expert_has(p, count_of(lo), token_tiles)) {
+        // Per pair of weight tiles: 2j's full tiles, both tails, 2j + 1's full tiles.
+        const int n = token_tiles, group = 2 * n - 1, pairs = NB / 2;
+        const int j = local / group, r = local % group;
+        if (j >= pairs) {  // an odd last weight tile, its tail alone
+          s.wb = NB - 1;
+          s.tb = tb0 + local - pairs * group;
+        } else {
+          // r == n - 1: the pair, 2j's tail now and 2j + 1's next (pair_first).
+          s.wb = 2 * j + (r >= n ? 1 : 0);
+          s.tb = tb0 + (r >= n ? r - n : r);
+
+        }
+      } else {
+        s.wb = local / token_tiles;
+        s.tb = tb0 + local % token_tiles;
+      }
     }
-    s.slot0 = s.e * p.T + s.tb * Cfg::BLOCK_T;
-    s.row0 = ss.route_offsets[s.e] + s.tb * Cfg::BLOCK_T;
-    s.nrows = min(Cfg::BLOCK_T, count_of(s.e) - s.tb * Cfg::BLOCK_T);
+    rows_of(s);
     return true;
   }
 };
@@ -145,6 +231,28 @@ __device__ void load_schedule(const GroupedGemmParams& p, typename Cfg::SharedSt
       ss.tile_offsets[e] = p.tile_offsets[e];
       ss.route_offsets[e] = p.route_offsets[e];
       if (e < p.E) ss.counts[e] = p.counts[e];
+    }
+    if constexpr (HalfTile<Cfg>::kOn) {
+      // The walk's items per expert (HalfTile::items), scanned.
+      __syncthreads();
+      constexpr int kPer = (Cfg::kMaxExperts + Cfg::kThreads - 1) / Cfg::kThreads;
+      const int nb = p.NB / Cfg::kWaves;
+      int items[kPer];
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int e = threadIdx.x * kPer + i;
+        items[i] = e < p.E ? HalfTile<Cfg>::items(p, min(ss.counts[e], p.T),
+                                                  ss.tile_offsets[e + 1] - ss.tile_offsets[e], nb)
+                           : 0;
+      }
+      int total = 0;
+      cub::BlockScan<int, Cfg::kThreads>(ss.scan).ExclusiveSum(items, items, total);
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int e = threadIdx.x * kPer + i;
+        if (e < p.E) ss.item_offsets[e] = items[i];
+      }
+      if (threadIdx.x == 0) ss.item_offsets[p.E] = total;
     }
     return;
   }

@@ -9,7 +9,8 @@
 // kStages-deep k-stage ring), warpgroups 1-2 consume (64 weight rows each, or with tokens_m 64
 // tokens each: MMA per stage, then the epilogue from registers and the meta slot). A tile has kWaves 128-row weight waves: each k-stage
 // holds all of them, and every consumer runs its 64 rows of each wave in turn (its own
-// accumulator per wave). Persistent: one CTA per SM (two for the configs that say so), launched with PDL.
+// accumulator per wave); a two-wave tokens_m combine tail of <= 64 tokens runs at half height,
+// consumer c taking wave c (HalfTile). Persistent: one CTA per SM (two for the configs that say so), launched with PDL.
 #pragma once
 
 #include <cub/block/block_scan.cuh>
@@ -117,6 +118,8 @@ struct GemmConfig {
     int32_t tile_offsets[kMaxExperts + 1];   // the schedule, copied (or built) once per CTA:
     int32_t route_offsets[kMaxExperts + 1];  // the tile walk's search runs on shared memory
     int32_t counts[kMaxExperts];
+    // HalfTile: the walk's items per expert, scanned
+    int32_t item_offsets[kTokensM && kWaves == 2 && kEpi == GemmEpilogue::combine ? kMaxExperts + 1 : 1];
     int32_t ids[kFusedRoutes > 0 ? kFusedRoutes : 1];  // fused schedule: each route's expert
     int32_t warp_count[4];                             // fused schedule: matches per producer warp
     typename cub::BlockScan<int, kThreads>::TempStorage scan;
@@ -179,6 +182,7 @@ __device__ void produce(const GroupedGemmParams& p, typename Cfg::SharedStorage&
   RingPos<Cfg::kStages> stage;
   RingPos<Cfg::kMetaStages> meta;
   Segment s;
+  s.nrows = 0;  // (TileScheduler::next reads the previous segment)
   for (;;) {
     const bool more = sched.next(s);
     wait_barrier(&ss.meta_empty[meta.idx], meta.phase ^ 1);  // first lap passes at once
@@ -337,23 +341,42 @@ __device__ void consume(const GroupedGemmParams& p, typename Cfg::SharedStorage&
           }
         }
       } else {
-        for (int kb = kb0; kb < kb1; ++kb) {
-          wait_full();
-          // The MMA hands the stage back (arrives on its empty barrier) as soon as every read of it
-          // (wgmma, scales) is done, before its promotion. Each thread arrives for its own reads
-          // (release): one arrival per warp after __syncwarp orders the other lanes' reads only
-          // through cumulativity, which compute-sanitizer's racecheck does not follow (it reported
-          // the producer's next cp.async into the scale slots as a WAR hazard).
-          mma.stage(ss.stages[stage.idx], acc, wgc, tid, &ss.empty[stage.idx]);
-          stage.advance();
+        // The MMA hands the stage back (arrives on its empty barrier) as soon as every read of it
+        // (wgmma, scales) is done, before its promotion. Each thread arrives for its own reads
+        // (release): one arrival per warp after __syncwarp orders the other lanes' reads only
+        // through cumulativity, which compute-sanitizer's racecheck does not follow (it reported
+        // the producer's next cp.async into the scale slots as a WAR hazard).
+        bool half = false;  // a half-height tile (HalfTile): a k-loop of its own, as the widths above
+        if constexpr (HalfTile<Cfg>::kOn) half = HalfTile<Cfg>::of(p, m.seg.nrows);
+        if (half) {
+          if constexpr (HalfTile<Cfg>::kOn) {
+            for (int kb = kb0; kb < kb1; ++kb) {
+              wait_full();
+              mma.stage_half(ss.stages[stage.idx], acc[0], wgc, tid, &ss.empty[stage.idx]);
+              stage.advance();
+            }
+          }
+        } else {
+          for (int kb = kb0; kb < kb1; ++kb) {
+            wait_full();
+            mma.stage(ss.stages[stage.idx], acc, wgc, tid, &ss.empty[stage.idx]);
+            stage.advance();
+          }
         }
       }
     }
     mma.finish(p, m.seg, acc, wgc, tid);  // per-row factors the k-stages left out (e2m1)
     bool stored = false;
+    if constexpr (HalfTile<Cfg>::kOn) {
+      // (decided again from the slot: one register fewer held through the mainloop)
+      if (HalfTile<Cfg>::of(p, m.seg.nrows)) {  // consumer c holds wave c of the first 64 tokens
+        Epilogue<Cfg>::store_half(p, m.seg, m, ss, acc[0], wgc, tid);
+        stored = true;
+      }
+    }
     if constexpr (Epilogue<Cfg>::kStoresPairs) {
       // The intermediate with one scale per 128 columns: both waves' 64 values of a token at once.
-      if (p.h_block == 128) {
+      if (!stored && p.h_block == 128) {
         Epilogue<Cfg>::store_tokens_m_s128(p, m.seg, ss, acc, wgc, tid);
         stored = true;
       }

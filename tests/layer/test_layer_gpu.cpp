@@ -222,7 +222,9 @@ TEST(LayerGpu, NarrowTailTilesAtEveryWidth) {
   // 16, 17, 20, 32, 33, 64, 65, 100, 127, 128, 129, 160, 161, 192, 193, 288 and ~60 routes on the
   // experts (seeded order), so every BLOCK_T = 64 and 128 config meets tails at, just above and
   // below each width; each config forced in turn, both modes, narrowing on and off
-  // (FMOE_NARROW_TAILS), both GEMMs against their oracles.
+  // (FMOE_NARROW_TAILS), both GEMMs against their oracles. The two-wave tokens-as-M down configs
+  // run tails of <= 64 routes at half height (HalfTile), with the full tile's operations: in
+  // deterministic mode their output must be bitwise the same with the knob on and off.
   FMOE_SKIP_WITHOUT_GPU();
   const int T = 320, E = 32, k = 8;
   std::vector<int> counts = {0, 1, 16, 17, 20, 32, 33, 64, 65, 100, 127, 128, 129, 160, 161, 192, 193, 288};
@@ -241,40 +243,79 @@ TEST(LayerGpu, NarrowTailTilesAtEveryWidth) {
     const Precision p = ci.weights == detail::GemmWeights::bf16   ? Precision::bf16
                         : ci.weights == detail::GemmWeights::e2m1 ? Precision::nvfp4
                                                                   : Precision::fp8_block;
-    const MoeConfig cfg = scaled(find_preset("qwen3-30b-a3b"), 256, 256, E, p);
-    ASSERT_EQ(cfg.top_k, k);
-    ASSERT_LE(sum, T * k);
-    std::vector<int> c = counts;
-    c.push_back(T * k - sum);  // the last expert takes the rest
-    ASSERT_LE(c.back(), T);
-    const uint64_t seed = seeds_for(hash_ints({i, T, E})).back();
-    // Expert labels in a seeded order; route j of token t is entry j * T + t of the experts'
-    // runs laid end to end, so a token never repeats an expert (every run is at most T long).
-    std::vector<int> label(static_cast<size_t>(E));
-    for (int e = 0; e < E; ++e) label[size_t(e)] = e;
-    uint64_t h = seed;
-    for (int e = E - 1; e > 0; --e) {
-      h = ref::splitmix64(h);
-      std::swap(label[size_t(e)], label[size_t(h % uint64_t(e + 1))]);
-    }
-    std::vector<int32_t> runs;
-    for (int e = 0; e < E; ++e) runs.insert(runs.end(), size_t(c[size_t(e)]), label[size_t(e)]);
-    std::vector<int32_t> ids(size_t(T) * k);
-    for (int t = 0; t < T; ++t)
-      for (int j = 0; j < k; ++j) ids[size_t(t) * k + j] = runs[size_t(j) * T + t];
-    detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, ci.name);
-    for (bool narrow : {true, false})  // FMOE_NARROW_TAILS=0: every tile at full width
-    for (ReductionMode m : kModes) {
-      detail::ScopedKnob<bool> tails(&detail::Knobs::narrow_tails, narrow);
-      const LayerCase lc = make_case(cfg, T, m, LayerRoute::given);
-      const LayerData d = make_layer_data(lc, seed);
-      const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
-      const LayerRun run = run_layer(*g.layer, lc, d, /*validate=*/true, &ids);
-      const std::string ctx = lc.describe() + " " + ci.name + (narrow ? "" : " full width") +
-                              strf(" seed %llu", (unsigned long long)seed);
-      EXPECT_EQ(run.dropped, 0) << ctx;
-      check_gate_up(lc, d, g.layer->impl(), run, ctx);
-      check_down(lc, d, g.layer->impl(), run, ctx);
+    const bool half_tiles = ci.operands == detail::GemmOperands::tokens_m && ci.waves == 2 &&
+                            ci.epilogue == detail::GemmEpilogue::combine;
+    // H = 256 gives the down GEMM one two-wave weight tile (its half tiles alone); H = 768 three:
+    // one pair of half tiles and an odd last one (HalfTile's walk).
+    for (int H : {256, 768}) {
+      if (H != 256 && !half_tiles) continue;
+      const MoeConfig cfg = scaled(find_preset("qwen3-30b-a3b"), H, 256, E, p);
+      ASSERT_EQ(cfg.top_k, k);
+      ASSERT_LE(sum, T * k);
+      std::vector<int> c = counts;
+      c.push_back(T * k - sum);  // the last expert takes the rest
+      ASSERT_LE(c.back(), T);
+      const uint64_t seed = seeds_for(hash_ints({i, T, E})).back();
+      // Expert labels in a seeded order; route j of token t is entry j * T + t of the experts'
+      // runs laid end to end, so a token never repeats an expert (every run is at most T long).
+      std::vector<int> label(static_cast<size_t>(E));
+      for (int e = 0; e < E; ++e) label[size_t(e)] = e;
+      uint64_t h = seed;
+      for (int e = E - 1; e > 0; --e) {
+        h = ref::splitmix64(h);
+        std::swap(label[size_t(e)], label[size_t(h % uint64_t(e + 1))]);
+      }
+      std::vector<int32_t> runs;
+      for (int e = 0; e < E; ++e) runs.insert(runs.end(), size_t(c[size_t(e)]), label[size_t(e)]);
+      std::vector<int32_t> ids(size_t(T) * k);
+      for (int t = 0; t < T; ++t)
+        for (int j = 0; j < k; ++j) ids[size_t(t) * k + j] = runs[size_t(j) * T + t];
+      detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, ci.name);
+      std::vector<LayerRun> narrowed;  // per mode, with the knob on
+      int compared = 0;                // deterministic outputs compared bitwise
+      for (bool narrow : {true, false})  // FMOE_NARROW_TAILS=0: every tile at full width
+      for (ReductionMode m : kModes) {
+        detail::ScopedKnob<bool> tails(&detail::Knobs::narrow_tails, narrow);
+        const LayerCase lc = make_case(cfg, T, m, LayerRoute::given);
+        const LayerData d = make_layer_data(lc, seed);
+        const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+        const LayerRun run = run_layer(*g.layer, lc, d, /*validate=*/true, &ids);
+        const std::string ctx = lc.describe() + " " + ci.name + (narrow ? "" : " full width") +
+                                strf(" seed %llu", (unsigned long long)seed);
+        EXPECT_EQ(run.dropped, 0) << ctx;
+        check_gate_up(lc, d, g.layer->impl(), run, ctx);
+        check_down(lc, d, g.layer->impl(), run, ctx);
+        if (!half_tiles) continue;
+        if (narrow) {
+          narrowed.push_back(run);
+          continue;
+        }
+        const LayerRun& half = narrowed[m == ReductionMode::fast ? 0 : 1];
+        // The intermediate route by route (the schedule kernel's slot order, and so the compact
+        // rows, may differ between runs): codes and scales.
+        ASSERT_EQ(half.plan.h_block, run.plan.h_block) << ctx;
+        // fp8 (tokens as M): one byte per intermediate value, h_scale [R, I_pad / h_block].
+        const size_t hb = half.h.size() / half.row.size(), sb = hb / size_t(half.plan.h_block);
+        size_t differs = half.row.size();  // the first route whose intermediate differs
+        for (size_t r = 0; r < half.row.size() && differs == half.row.size(); ++r) {
+          const int a = half.row[r], b = run.row[r];
+          const bool same = a < 0 || b < 0 ? a == b
+                            : std::equal(half.h.begin() + size_t(a) * hb, half.h.begin() + size_t(a + 1) * hb,
+                                         run.h.begin() + size_t(b) * hb) &&
+                              std::equal(half.h_scale.begin() + size_t(a) * sb,
+                                         half.h_scale.begin() + size_t(a + 1) * sb, run.h_scale.begin() + size_t(b) * sb);
+          if (!same) differs = r;
+        }
+        // The forced down config runs after the default gate/up, whose narrow tiles the knob also
+        // turns off: its output is compared only where its input is the same.
+        if (differs == half.row.size() && m == ReductionMode::deterministic) {
+          EXPECT_EQ(half.y, run.y) << ctx << ": half-height tiles changed the deterministic output";
+          ++compared;
+        }
+      }
+      if (half_tiles) {
+        EXPECT_EQ(compared, 1) << ci.name << " H=" << H << ": the intermediate differed, so no output was compared";
+      }
     }
   }
 }
