@@ -145,13 +145,6 @@ struct TileScheduler {
     return false;
   }
 
-  // The rows of tile (s.e, s.wb, s.tb).
-  __device__ void rows_of(Segment& s) const {
-    s.slot0 = s.e * p.T + s.tb * Cfg::BLOCK_T;
-    s.row0 = ss.route_offsets[s.e] + s.tb * Cfg::BLOCK_T;
-    s.nrows = min(Cfg::BLOCK_T, count_of(s.e) - s.tb * Cfg::BLOCK_T);
-  }
-
   __device__ bool next_any(Segment& s) {
     int64_t tile;
     if (tile_rr < rr_end) {
@@ -193,7 +186,7 @@ struct TileScheduler {
       const int local = int(tile - first(lo));
       const int token_tiles = ss.tile_offsets[lo + 1] - ss.tile_offsets[lo];
       const int tb0 = p.static_tiles ? 1 : 0;
-      if (HalfTile<Cfg>::kOn && HalfTile<Cfg>::expert_has(p, count_of(lo), token_tiles)) {
+      if (HalfTile<Cfg>::expert_has(p, count_of(lo), token_tiles)) {
         // Per pair of weight tiles: 2j's full tiles, both tails, 2j + 1's full tiles.
         const int n = token_tiles, group = 2 * n - 1, pairs = NB / 2;
         const int j = local / group, r = local % group;
@@ -204,14 +197,15 @@ struct TileScheduler {
           // r == n - 1: the pair, 2j's tail now and 2j + 1's next (pair_first).
           s.wb = 2 * j + (r >= n ? 1 : 0);
           s.tb = tb0 + (r >= n ? r - n : r);
-
         }
       } else {
         s.wb = local / token_tiles;
         s.tb = tb0 + local % token_tiles;
       }
     }
-    rows_of(s);
+    s.slot0 = s.e * p.T + s.tb * Cfg::BLOCK_T;
+    s.row0 = ss.route_offsets[s.e] + s.tb * Cfg::BLOCK_T;
+    s.nrows = min(Cfg::BLOCK_T, count_of(s.e) - s.tb * Cfg::BLOCK_T);
     return true;
   }
 };
