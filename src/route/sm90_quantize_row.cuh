@@ -17,13 +17,13 @@ namespace fusedmoe::detail {
 // Quantizes one row of K bf16 (K % 16 == 0) to e4m3 codes and per-128 scales. `num_warps` warps
 // share the row (this one is `warp` of them). A pass is 32 chunks of 8 columns = two 128-column
 // blocks, one per half-warp; warp w takes passes w, w + num_warps, ...; all its lanes call this.
-// kBf16Out: write bf16(a) (the bf16 layer's rows) instead of codes and scales.
-template <bool kBf16Out>
+// kBf16Out: write bf16(a) (the bf16 layer's rows) instead of codes and scales. kBatch: 16-byte
+// loads in flight per lane (4 registers each).
+template <bool kBf16Out, int kBatch = 2>
 __device__ __forceinline__ void quantize_row(const __nv_bfloat16* __restrict__ x, int K, float w_in,
                                              bool scale_input, uint8_t* __restrict__ q,
                                              float* __restrict__ scales, int warp, int num_warps,
                                              int lane) {
-  constexpr int kBatch = 2;  // 16-byte loads in flight per lane
   const int chunks = K / 8;  // 16-byte chunks of 8 bf16; 16 chunks make one 128-column block
   const int num_blocks = (K + 127) / 128;
   for (int p0 = warp; 32 * p0 < chunks; p0 += num_warps * kBatch) {
