@@ -7,14 +7,15 @@
 #   scripts/ncu_layer.sh FUSEDMOE_BIN PRESET T OUTDIR [extra bench args...]
 # Env: FMOE_FORCE_CONFIG etc. pass through; NCU_REGEX (kernel names, default grouped_gemm_kernel;
 # e.g. 'route_quant|gemv|finalize' for a decode layer: without a filter ncu takes the bench's
-# ceiling kernels first); NCU_KERNELS (launches, default 2).
+# ceiling kernels first); NCU_KERNELS (launches, default 2); NCU_ARGS (more ncu arguments, e.g.
+# "--metrics dram__bytes_read.sum,dram__bytes_write.sum": shown on the details page too).
 set -u
 BIN=$1 PRESET=$2 T=$3 DIR=$4; shift 4
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
 mkdir -p "$DIR"
 NAME="$DIR/ncu_${PRESET}_T${T}"
 "$NCU" --kernel-name regex:"${NCU_REGEX:-grouped_gemm_kernel}" --launch-count "${NCU_KERNELS:-2}" --set full \
-  --import-source no -f -o "$NAME" \
+  --import-source no ${NCU_ARGS:-} -f -o "$NAME" \
   "$BIN" bench --op layer --presets "$PRESET" --tokens "$T" --mode fast --stages off "$@" \
   >"$NAME.log" 2>&1
 echo "ncu rc=$? ($NAME)"
