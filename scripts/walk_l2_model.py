@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""A model, not a measurement: how many weight bytes the gate/up GEMM's tile walk reads from DRAM
+when its items run at different speeds.
+
+Session 31 asked why the gate/up half-tile pairs doubled the kernel's DRAM traffic (ncu at
+deepseek-v3 T=8192: ~16 GB against 8.0 GB) although the walk hands every weight tile's k-blocks
+to as many items as before. This replays the walk on a toy machine:
+- the bench's deepseek-v3 routing drawn in numpy. Logits are uniform in +-3 and the correction
+  bias uniform in +-0.05, as in tools/layer_case.hpp. Routing is sigmoid, 8 groups, 4 kept, top 8,
+  plus the shared expert's T rows. It is not the bench's exact draw: the model hits 205 experts,
+  the bench hit 203.
+- items in the engine's order: expert, weight tile of 256 rows, token tile of 128. With --pairs,
+  an expert whose tail tile fits 64 rows has its two tails of weight tiles 2j and 2j + 1 as one
+  pair item, placed between their full tiles (src/gemm/sm90_gemm_scheduler.cuh's HalfTile walk).
+- 132 CTAs take items either round robin (the engine's static walk) or from one counter in order
+  (dynamic fetching). An item reads its weight tile's 56 k-blocks of 32 KB one per time unit; a
+  pair item reads both tiles' k-blocks and takes `r` units per k-block.
+- an LRU L2 of weight k-blocks only, 50 MB of the H200's 60 (the activation rows also live there).
+
+  scripts/walk_l2_model.py [--tokens 8192] [--r 1.0 1.5] [--l2-mb 50]
+
+Output: weight GB from DRAM for each walk, with and without pairs.
+What it showed (session 31, docs/performance.md), in weight GB from DRAM at T=8192:
+- without pairs, both walks read 6.10, against 6.05 GB of weights hit;
+- pairs at r = 1.0: 6.13 for both walks;
+- pairs at r = 1.5: the round robin reads 12.99 and the counter 6.23.
+The measured difference was +8.1 GB of DRAM traffic. In the round robin, CTAs that share a weight
+tile drift apart once their items run at different speeds. The counter hands out neighbouring
+items together, whatever their speed.
+"""
+import argparse
+import collections
+import heapq
+
+import numpy as np
+
+E, K_ROUTED, GROUPS, KEPT_GROUPS = 256, 8, 8, 4
+BLOCK_T, WEIGHT_TILES, K_BLOCKS = 128, 16, 56  # gate/up: 2 x 2048 rows / 256, 7168 / 128
+KBLOCK_BYTES = 256 * 128
+
+
+def route_counts(T, seed):
+    rng = np.random.default_rng(seed)
+    logits = rng.uniform(-3, 3, (T, E))
+    bias = rng.uniform(-0.05, 0.05, E)
+    choice = 1 / (1 + np.exp(-logits)) + bias
+    group_score = np.sort(choice.reshape(T, GROUPS, E // GROUPS), axis=2)[:, :, -2:].sum(2)
+    kept = np.zeros((T, GROUPS), bool)
+    np.put_along_axis(kept, np.argsort(-group_score, axis=1)[:, :KEPT_GROUPS], True, 1)
+    masked = np.where(np.repeat(kept, E // GROUPS, 1), choice, -np.inf)
+    top = np.argsort(-masked, axis=1)[:, :K_ROUTED]
+    return np.append(np.bincount(top.ravel(), minlength=E), T)  # + the shared expert
+
+
+def walk_items(counts, pairs):
+    out = []
+    for e, n in enumerate(counts):
+        if n == 0:
+            continue
+        tiles, tail = -(-n // BLOCK_T), n % BLOCK_T
+        if not (pairs and 0 < tail <= BLOCK_T // 2):
+            out += [((e, wb),) for wb in range(WEIGHT_TILES) for _ in range(tiles)]
+            continue
+        for j in range(WEIGHT_TILES // 2):
+            out += [((e, 2 * j),)] * (tiles - 1)
+            out.append(((e, 2 * j), (e, 2 * j + 1)))
+            out += [((e, 2 * j + 1),)] * (tiles - 1)
+    return out
+
+
+def dram_gb(items, r, l2_mb, ctas, dynamic):
+    cap = int(l2_mb * 2**20 / KBLOCK_BYTES)
+    l2 = collections.OrderedDict()
+    misses = 0
+    queues = None if dynamic else [items[c::ctas] for c in range(ctas)]
+    nxt = 0
+    events = []
+    for c in range(ctas):
+        if dynamic and nxt < len(items):
+            events.append((0.0, c, nxt, 0))
+            nxt += 1
+        elif not dynamic and queues[c]:
+            events.append((0.0, c, 0, 0))
+    heapq.heapify(events)
+    while events:
+        t, c, i, kb = heapq.heappop(events)
+        item = items[i] if dynamic else queues[c][i]
+        for tile in item:
+            key = (tile, kb)
+            if key in l2:
+                l2.move_to_end(key)
+            else:
+                misses += 1
+                l2[key] = True
+                if len(l2) > cap:
+                    l2.popitem(last=False)
+        dt = r if len(item) == 2 else 1.0
+        kb += 1
+        if kb == K_BLOCKS:
+            kb = 0
+            if dynamic:
+                if nxt >= len(items):
+                    continue
+                i, nxt = nxt, nxt + 1
+            else:
+                i += 1
+                if i >= len(queues[c]):
+                    continue
+        heapq.heappush(events, (t + dt, c, i, kb))
+    return misses * KBLOCK_BYTES / 1e9
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokens", type=int, default=8192)
+    ap.add_argument("--r", type=float, nargs="+", default=[1.0, 1.5])
+    ap.add_argument("--l2-mb", type=float, default=50)
+    ap.add_argument("--ctas", type=int, default=132)
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args()
+    counts = route_counts(a.tokens, a.seed)
+    hit = counts[:E] > 0
+    print(f"T={a.tokens}: {hit.sum()} of {E} experts hit, at most {counts[:E].max()} routes "
+          f"(mean {counts[:E][hit].mean():.0f}); weights of the experts hit: "
+          f"{(hit.sum() + 1) * WEIGHT_TILES * K_BLOCKS * KBLOCK_BYTES / 1e9:.2f} GB")
+    base = walk_items(counts, False)
+    paired = walk_items(counts, True)
+    for dynamic in (False, True):
+        name = "counter" if dynamic else "round robin"
+        row = [f"no pairs {dram_gb(base, 1.0, a.l2_mb, a.ctas, dynamic):.2f}"]
+        row += [f"pairs r={r} {dram_gb(paired, r, a.l2_mb, a.ctas, dynamic):.2f}" for r in a.r]
+        print(f"{name:>11}: weight GB from DRAM: " + ", ".join(row))
+
+
+if __name__ == "__main__":
+    main()
