@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# On the GPU machine: tests and times the variants that scripts/build_variants.sh built.
+# For each DIR/NAME/ it runs:
+# 1. test_layer_gpu, with TEST_FILTER (a gtest filter, default every case);
+# 2. the layer bench, each variant in its own process, in turn. With ROUNDS=2 it goes through
+#    them twice, which shows the drift between processes.
+# Then scripts/bench_compare.py prints every variant against base.
+# Results go to OUT/NAME.{test,bench}.txt, OUT/NAME.json and OUT/compare.txt.
+# A variant whose tests fail is not timed.
+#   scripts/variants_check.sh DIR OUT [bench args, default: the three prefill presets at
+#   T = 2048,4096,8192 with stages]
+# Env: VARIANTS (names in order, default every directory of DIR, base first); TEST_FILTER;
+#   ROUNDS (default 1); BENCH_ENV (assignments for every bench run, e.g. FMOE_NARROW_TAILS=0).
+set -u
+DIR=$1 OUT=$2; shift 2
+ARGS=("$@")
+[ ${#ARGS[@]} -gt 0 ] || ARGS=(--presets deepseek-v3,qwen3-30b-a3b,qwen3.5-35b-a3b --tokens 2048,4096,8192 --stages on)
+mkdir -p "$OUT"
+if [ -n "${VARIANTS:-}" ]; then
+  read -r -a names <<<"$VARIANTS"
+else
+  names=(base)
+  for d in "$DIR"/*/; do
+    n=$(basename "$d")
+    [ "$n" = base ] || names+=("$n")
+  done
+fi
+timed=()
+for n in "${names[@]}"; do
+  for f in "$DIR/$n"/*.xz; do [ -e "$f" ] && xz -d -f -T0 "$f"; done
+  chmod +x "$DIR/$n"/* 2>/dev/null
+  s=$SECONDS
+  "$DIR/$n/test_layer_gpu" --gtest_filter="${TEST_FILTER:-*}" >"$OUT/$n.test.txt" 2>&1
+  rc=$?
+  echo "[variants] $n: tests rc=$rc in $((SECONDS - s)) s: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/$n.test.txt" | tr '\n' ' ')"
+  grep -E '^\[  FAILED|Failure' "$OUT/$n.test.txt" | head -5
+  [ $rc = 0 ] && timed+=("$n")
+done
+for ((round = 1; round <= ${ROUNDS:-1}; round++)); do
+  for n in "${timed[@]}"; do
+    s=$SECONDS
+    suffix=$([ "$round" = 1 ] && echo "" || echo ".r$round")
+    env ${BENCH_ENV:-} "$DIR/$n/fusedmoe" bench --op layer "${ARGS[@]}" --json "$OUT/$n$suffix.json" \
+      >"$OUT/$n$suffix.bench.txt" 2>&1
+    echo "[variants] $n$suffix: bench rc=$? in $((SECONDS - s)) s"
+  done
+done
+cols=()
+for n in "${timed[@]}"; do
+  [ -f "$OUT/$n.json" ] && cols+=("$n=$OUT/$n.json")
+  [ -f "$OUT/$n.r2.json" ] && cols+=("$n.r2=$OUT/$n.r2.json")
+done
+[ ${#cols[@]} -gt 0 ] && python3 "$(dirname "$0")/bench_compare.py" "${cols[@]}" | tee "$OUT/compare.txt"
