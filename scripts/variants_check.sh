@@ -10,7 +10,8 @@
 #   scripts/variants_check.sh DIR OUT [bench args, default: the three prefill presets at
 #   T = 2048,4096,8192 with stages]
 # Env: VARIANTS (names in order, default every directory of DIR, base first); TEST_FILTER;
-#   ROUNDS (default 1); BENCH_ENV (assignments for every bench run, e.g. FMOE_NARROW_TAILS=0).
+#   ROUNDS (default 1); BENCH_ENV (assignments for every bench run, e.g. FMOE_NARROW_TAILS=0);
+#   TEST_TIMEOUT, BENCH_TIMEOUT (seconds per run, default none: a device call has a hard limit).
 set -u
 DIR=$1 OUT=$2; shift 2
 ARGS=("$@")
@@ -30,7 +31,7 @@ for n in "${names[@]}"; do
   for f in "$DIR/$n"/*.xz; do [ -e "$f" ] && xz -d -f -T0 "$f"; done
   chmod +x "$DIR/$n"/* 2>/dev/null
   s=$SECONDS
-  "$DIR/$n/test_layer_gpu" --gtest_filter="${TEST_FILTER:-*}" >"$OUT/$n.test.txt" 2>&1
+  timeout "${TEST_TIMEOUT:-0}" "$DIR/$n/test_layer_gpu" --gtest_filter="${TEST_FILTER:-*}" >"$OUT/$n.test.txt" 2>&1
   rc=$?
   echo "[variants] $n: tests rc=$rc in $((SECONDS - s)) s: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/$n.test.txt" | tr '\n' ' ')"
   grep -E '^\[  FAILED|Failure' "$OUT/$n.test.txt" | head -5
@@ -40,7 +41,7 @@ for ((round = 1; round <= ${ROUNDS:-1}; round++)); do
   for n in "${timed[@]}"; do
     s=$SECONDS
     suffix=$([ "$round" = 1 ] && echo "" || echo ".r$round")
-    env ${BENCH_ENV:-} "$DIR/$n/fusedmoe" bench --op layer "${ARGS[@]}" --json "$OUT/$n$suffix.json" \
+    timeout "${BENCH_TIMEOUT:-0}" env ${BENCH_ENV:-} "$DIR/$n/fusedmoe" bench --op layer "${ARGS[@]}" --json "$OUT/$n$suffix.json" \
       >"$OUT/$n$suffix.bench.txt" 2>&1
     echo "[variants] $n$suffix: bench rc=$? in $((SECONDS - s)) s"
   done

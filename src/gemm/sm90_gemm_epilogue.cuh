@@ -429,11 +429,9 @@ struct Epilogue<Cfg, GemmEpilogue::swiglu> {
     return ptx::abs_max_nan(a, __shfl_xor_sync(0xffffffffu, a, 2));
   }
 
-  // The codes v * inv of one wave through the staging tile (2-byte pairs), then its rows out as
-  // 16-byte stores to h[row0 + c, 64 wave ...]. The caller has synced the staging tile's readers.
-  __device__ static void tokens_m_codes_out(const GroupedGemmParams& p, const Segment& s,
-                                            typename Cfg::Staging& sg, const float (&v)[2][16],
-                                            const float (&inv)[2], int wave, int c0, int q, int ctid) {
+  // The codes v * inv of this thread's two tokens into staging rows c0, c0 + 8 (2-byte pairs).
+  __device__ static void tokens_m_codes(typename Cfg::Staging& sg, const float (&v)[2][16],
+                                        const float (&inv)[2], int c0, int q) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int c = c0 + 8 * r;
@@ -444,6 +442,14 @@ struct Epilogue<Cfg, GemmEpilogue::swiglu> {
         *reinterpret_cast<uint16_t*>(&sg.tile[c][8 * g + 2 * q]) = uint16_t(lo | (hi << 8));
       }
     }
+  }
+
+  // The codes v * inv of one wave through the staging tile, then its rows out as 16-byte stores
+  // to h[row0 + c, 64 wave ...]. The caller has synced the staging tile's readers.
+  __device__ static void tokens_m_codes_out(const GroupedGemmParams& p, const Segment& s,
+                                            typename Cfg::Staging& sg, const float (&v)[2][16],
+                                            const float (&inv)[2], int wave, int c0, int q, int ctid) {
+    tokens_m_codes(sg, v, inv, c0, q);
     sync_consumers();
     constexpr int kChunks = 64 / 16;
     for (int i = ctid; i < s.nrows * kChunks; i += 256) {
@@ -484,6 +490,58 @@ struct Epilogue<Cfg, GemmEpilogue::swiglu> {
       // Every consumer's reads of the staging tile (the previous wave's or tile's rows) are done.
       sync_consumers();
       tokens_m_codes_out(p, s, sg, v[w], inv, 2 * s.wb + w, c0, q, ctid);
+    }
+  }
+
+  // A half-height tile (HalfTile, sm90_gemm_scheduler.cuh): consumer c holds wave c (64
+  // intermediate values, 2 wb + c) of the tile's first 64 tokens. Per 64 each consumer quantizes
+  // its own wave; per 128 a token's scale needs both waves' amax, exchanged through shared memory.
+  // The same operations in the same order as the full tile's stores, so the same bits. The codes
+  // of wave c go to staging rows 64 c + token, and both waves' rows leave together.
+  __device__ static void store_half(const GroupedGemmParams& p, const Segment& s,
+                                    const typename Cfg::TileMeta&, typename Cfg::SharedStorage& ss,
+                                    const float (&acc)[Cfg::kAccRegs], int wgc, int tid) {
+    static_assert(kStoresPairs, "two-wave fp8 tokens-as-M tiles");
+    auto& sg = ss.staging;
+    const int warp = tid / 32, lane = tid % 32, q = lane % 4;
+    const int ctid = wgc * 128 + tid;
+    const int c0 = 16 * warp + lane / 4;  // tokens c0, c0 + 8 of the tile's 64
+    const int wave = 2 * s.wb + wgc;
+    float v[2][16];
+    tokens_m_values(p, s.e, wave, acc, q, v);
+    float a[2] = {tokens_m_amax(v[0]), tokens_m_amax(v[1])};
+    // Every consumer's reads of the staging tile and of the amax exchange (the previous tile's)
+    // are done.
+    sync_consumers();
+    const bool s128 = p.h_block == 128;
+    if (s128) {
+      if (q == 0) {
+        sg.amax[wgc][c0] = a[0];
+        sg.amax[wgc][c0 + 8] = a[1];
+      }
+      sync_consumers();
+#pragma unroll
+      for (int r = 0; r < 2; ++r) a[r] = ptx::abs_max_nan(sg.amax[0][c0 + 8 * r], sg.amax[1][c0 + 8 * r]);
+    }
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      // Same operations as the host quantizer (fmt::quantize_fp8_block).
+      const float scale = a[r] == 0.0f ? 0.0f : a[r] / 448.0f;
+      inv[r] = a[r] == 0.0f ? 0.0f : 448.0f / a[r];
+      const int c = c0 + 8 * r;
+      if (q == 0 && c < s.nrows && (!s128 || wgc == 0))
+        p.h_scale[int64_t(s.row0 + c) * p.h_scale_ld + (s128 ? s.wb : wave)] = scale;
+    }
+    tokens_m_codes(sg, v, inv, 64 * wgc + c0, q);
+    sync_consumers();
+    // 64 tokens x 4 chunks of 16 bytes per wave: one chunk of each wave per consumer thread.
+    const int c = ctid / 4, chunk = ctid % 4;
+    if (c < s.nrows) {
+      uint8_t* dst = p.h + int64_t(s.row0 + c) * p.ldh + int64_t(2 * s.wb) * 64 + 16 * chunk;
+#pragma unroll
+      for (int w = 0; w < 2; ++w)
+        *reinterpret_cast<uint4*>(dst + 64 * w) = *reinterpret_cast<const uint4*>(&sg.tile[64 * w + c][16 * chunk]);
     }
   }
 

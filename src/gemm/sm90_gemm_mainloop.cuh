@@ -37,15 +37,17 @@ struct WeightLoader {
   // Stage kb of segment s: one 128-row weight box per wave by TMA (thread 0); fp8: the 16 group
   // scales of each wave by cp.async (one thread each; with one scale per 128-row tile every group
   // of the wave reads the same float).
+  // wb_add: the weight tile s.wb + wb_add (a HalfTile pair's second tail).
   __device__ static void issue(const GroupedGemmParams& p, const Segment& s, int kb,
-                               typename Cfg::Stage& st, uint64_t* full, int tid) {
+                               typename Cfg::Stage& st, uint64_t* full, int tid, int wb_add = 0) {
     namespace cptx = cuda::ptx;
+    const int wb = s.wb + wb_add;
     if constexpr (Cfg::kE2M1) {
       // The prepared blocks of a tile's waves are adjacent for each k-block: [E, NB, KB] blocks.
       if (tid == 0) {
 #pragma unroll
         for (int w = 0; w < Cfg::kWaves; ++w) {
-          const int64_t blk = (int64_t(s.e) * p.NB + s.wb * Cfg::kWaves + w) * p.KB + kb;
+          const int64_t blk = (int64_t(s.e) * p.NB + wb * Cfg::kWaves + w) * p.KB + kb;
           const uint32_t bytes = e2m1::kBlockBytes;
           cptx::cp_async_bulk(cptx::space_cluster, cptx::space_global,
                               st.w + w * e2m1::kBlockBytes, p.w_blocks + blk * e2m1::kBlockBytes,
@@ -58,7 +60,7 @@ struct WeightLoader {
 #pragma unroll
       for (int w = 0; w < Cfg::kWaves; ++w) {
         const int32_t coords[2] = {kb * Cfg::BLOCK_K,
-                                   s.e * p.n_rows + s.wb * Cfg::BLOCK_W + w * Cfg::WAVE_W};
+                                   s.e * p.n_rows + wb * Cfg::BLOCK_W + w * Cfg::WAVE_W};
         cptx::cp_async_bulk_tensor(cptx::space_cluster, cptx::space_global,
                                    st.w + w * Cfg::WAVE_W * 128, &p.w_desc, coords, full);
       }
@@ -67,7 +69,7 @@ struct WeightLoader {
       constexpr int kScales = Cfg::kGroupScales ? 16 : 1;  // p.sb_groups (checked at launch)
       if (tid < Cfg::kWaves * kScales) {
         const int w = tid / kScales, g = tid % kScales;
-        const int64_t tile_kb = (int64_t(s.e) * p.NB + s.wb * Cfg::kWaves + w) * p.KB + kb;
+        const int64_t tile_kb = (int64_t(s.e) * p.NB + wb * Cfg::kWaves + w) * p.KB + kb;
         ptx::cp_async_4(ptx::smem_addr(&st.sb[w][g]), p.w_scale + tile_kb * kScales + g, 4);
       }
     }
@@ -117,17 +119,25 @@ struct RowLoader<Cfg, GemmRows::gathered> {
     // a weight.
     const bool in_k = k_off + chunk * 16 < int64_t(p.K) * Cfg::kElemBytes;
     const uint32_t a_base = ptx::smem_addr(st.a);
+    // A half-height tile (HalfTile) reads rows [0, 64) only: the copies of the other 64 (all
+    // absent, zero-filled) would keep its stages as long to fill as a full tile's. Told from this
+    // thread's row 64 + tid / 8 (s.nrows or a flag held through the k-loop made ptxas spill): it
+    // is absent in a half tile, and where it is absent in a full one (nrows <= 79) the rows this
+    // skips are absent too, left with stale bytes; a tokens-as-M row only feeds its own outputs,
+    // which the epilogues drop for an absent token. The same for the scale of an absent column.
+    const bool half = HalfTile<Cfg>::kOn && p.narrow_tails && src[kChunksPerThread / 2] == nullptr;
 #pragma unroll
     for (int j = 0; j < kChunksPerThread; ++j) {
       const int r = tid / 8 + 16 * j;
-      if (r < Cfg::BLOCK_T) {
+      if (r < Cfg::BLOCK_T && !(half && j >= kChunksPerThread / 2)) {
         const bool ok = src[j] != nullptr && in_k;
         ptx::cp_async_16(a_base + ptx::swizzle128_offset(r, chunk), ok ? src[j] + k_off : p.a,
                          ok ? 16 : 0);
       }
     }
     if constexpr (Cfg::kFp8) {
-      if (tid < Cfg::BLOCK_T)
+      // (column tid's own absence: `half` here says only that rows from 64 + tid / 8 are absent)
+      if (tid < Cfg::BLOCK_T && !(half && scale == nullptr))
         ptx::cp_async_4(ptx::smem_addr(&st.sa[0][tid]), scale ? scale + kb : p.sa, scale ? 4 : 0);
     }
   }
@@ -188,7 +198,7 @@ struct RowLoader<Cfg, GemmRows::tma_s128> : RowLoader<Cfg, GemmRows::tma> {
 //   projection 2-3% faster). Probably the L2 reuse of the static round robin: the token tiles of
 //   one weight tile run side by side on neighbouring CTAs and share its k-blocks in L2 while they
 //   stay in step; a tile that finishes early moves its CTA ahead of its neighbours for good.
-//   The two-wave down configs run such a tail at half height instead (HalfTile,
+//   The two-wave configs run such a tail at half height instead (HalfTile,
 //   sm90_gemm_scheduler.cuh).
 // - bf16 weights: not measured (compute-bound at prefill, where that drift would cost most).
 // - the fp8 two-wave swiglu tile with weights as M: its consumers sit at their register budget

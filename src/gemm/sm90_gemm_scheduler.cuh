@@ -20,6 +20,7 @@
 
 #include "common/status.hpp"
 #include "gemm/grouped_gemm.hpp"
+#include "gemm/half_tile_walk.hpp"
 #include "schedule/sm90_route_drop.cuh"
 
 namespace fusedmoe::detail {
@@ -34,9 +35,10 @@ struct Segment {
   int slot0;   // first slot of the tile in sorted_route (e * T + tb * BLOCK_T)
   int nrows;   // real columns of the tile (<= BLOCK_T)
   int row0;    // compact row of the first column: route_offsets[e] + tb * BLOCK_T
+  int pair;    // HalfTile: 1 = the half tails of weight tiles wb and wb + 1, k-blocks interleaved
 };
 
-// Half-height tail tiles (tokens as M, two waves; the down GEMM). An expert's routes are padded
+// Half-height tail tiles (tokens as M, two waves). An expert's routes are padded
 // to whole 128-token tiles, and with tokens as M the padding is wgmma work: a tail of <= 64 routes
 // leaves consumer 1's 64 tokens all absent. Such a tile runs as 64 tokens x both waves instead,
 // consumer c taking wave c (MmaTokensM::stage_half, Epilogue::store_half): the same tensor work
@@ -46,35 +48,29 @@ struct Segment {
 // A half tile takes about half a full tile's time, and the walk hands them out in pairs: a CTA
 // that ran one alone drifted ahead of its neighbours for good, and with them out of step the
 // token tiles of one weight tile no longer met its k-blocks in L2 (measured on the H200 with
-// unpaired half tiles: deepseek-v3's T = 8192 down GEMM 1.05x slower, paired 0.95x; session 27's
-// idle-consumer skip lost 1.28x the same way). So an expert with a half tail has, per two weight
-// tiles wb = 2j, 2j + 1: the full tiles of 2j, one item with both tails, the full tiles of
-// 2j + 1 (an odd last weight tile keeps its tail alone). Every item then costs about a full
-// tile, and each tail still runs next to its weight tile's full tiles.
-// Not for the gate/up GEMM (swiglu): with its epilogue (the per-128 amax of a token's two waves
-// exchanged through shared memory) and the gathered rows it ran slower, paired or not, even with
-// the producer copying only the 64 rows (H200, docs/performance.md session 30: deepseek-v3
-// T = 4096 / 8192 1.08x / 1.10x, qwen3-30b-a3b T = 2048 1.16x; faster only at 2 of 9 rows); why
-// is not measured. The diff is docs/tried/half_tiles_with_gate_up.diff.
+// unpaired half tiles: deepseek-v3's T = 8192 down GEMM 1.05x slower; session 27's idle-consumer
+// skip lost 1.28x the same way). So an expert with a half tail has, per two weight tiles wb = 2j,
+// 2j + 1: the full tiles of 2j, one pair item, the full tiles of 2j + 1 (an odd last weight tile
+// keeps its tail alone). The pair item runs both tails with their k-blocks interleaved (stage 2i:
+// tile 2j's k-block i, stage 2i + 1: tile 2j + 1's), consumer c taking wave c of each into its
+// two accumulators: the work of a full tile, and each weight tile read at its full tiles' pace.
+// Session 30 first ran the two tails one after the other: the down GEMM gained (deepseek-v3
+// T = 8192 0.95x) but the gate/up, whose weight tile is 1.8 MB at K = 7168, read 16.6 GB from
+// DRAM against 8.0 GB (ncu) and ran 1.10x slower (docs/tried/half_tiles_with_gate_up.diff).
 // Chosen per expert and tile (FMOE_NARROW_TAILS=0: never); `of` broadcasts from lane 0 as
 // TileWidth's shift does.
 template <class Cfg>
 struct HalfTile {
-  static constexpr bool kOn = Cfg::kTokensM && Cfg::kWaves == 2 && Cfg::kEpi == GemmEpilogue::combine;
+  static constexpr bool kOn = Cfg::kTokensM && Cfg::kWaves == 2;
   __device__ static bool of(const GroupedGemmParams& p, int nrows) {
-    static_assert(kOn, "two-wave tokens-as-M combine configs");
+    static_assert(kOn, "two-wave tokens-as-M configs");
     return __shfl_sync(0xffffffffu, p.narrow_tails && nrows <= 64 ? 1 : 0, 0) != 0;
   }
   // Whether an expert of `count` routes, with `tiles` token tiles in the walk's dynamic part (all
-  // of them, or all but tile 0 with static tiles), has its half tail among them.
+  // of them, or all but tile 0 with static tiles), has its half tail among them; the walk's order
+  // of its items is half_tile_walk.hpp's.
   __device__ static bool expert_has(const GroupedGemmParams& p, int count, int tiles) {
-    const int tail = count % Cfg::BLOCK_T;
-    return kOn && p.narrow_tails && tiles > 0 && tail > 0 && tail <= Cfg::BLOCK_T / 2;
-  }
-  // Work items of such an expert over nb weight tiles: pairs of weight tiles of 2 (tiles - 1) + 1
-  // items, and an odd last weight tile's `tiles`.
-  __device__ static int items(const GroupedGemmParams& p, int count, int tiles, int nb) {
-    return expert_has(p, count, tiles) ? nb / 2 * (2 * tiles - 1) + nb % 2 * tiles : nb * tiles;
+    return half_walk::has_half_tail(count, tiles, Cfg::BLOCK_T, kOn && p.narrow_tails);
   }
 };
 
@@ -84,6 +80,10 @@ struct TileScheduler {
   const typename Cfg::SharedStorage& ss;
   int64_t tile_rr, rr_end, stride;  // whole-tile phase: next tile, where it ends, the stride
   int64_t unit, unit_end;           // stream-K phase: (tile * KB + kb) units
+  // Dynamic fetching (p.dynamic_items): the counters in p.status, and a shared word through which
+  // producer thread 0 hands its fetch to the other 127. nullptr: round robin.
+  int32_t* fetched;
+  static constexpr int64_t kFetchDone = INT64_MAX;  // tile_rr once this CTA counted itself done
 
   // Whole tiles handed out round robin before the stream-K tail (all of them when the epilogue
   // needs whole tiles). Fast combine: all but the last full wave and the partial wave, so at any
@@ -102,8 +102,8 @@ struct TileScheduler {
   }
 
   __device__ TileScheduler(const GroupedGemmParams& params, const typename Cfg::SharedStorage& s,
-                           int cta, int ctas)
-      : p(params), ss(s) {
+                           int cta, int ctas, int32_t* fetch_word = nullptr)
+      : p(params), ss(s), fetched(p.dynamic_items && p.status ? fetch_word : nullptr) {
     // Swiglu split K: work items are (tile, part); everything else walks tiles (HalfTile: items,
     // one of them a pair of half tiles).
     const int64_t dynamic = HalfTile<Cfg>::kOn ? int64_t(ss.item_offsets[p.E])
@@ -124,37 +124,46 @@ struct TileScheduler {
     return Cfg::kFusedRoutes > 0 && p.fused_schedule ? ss.counts[e] : min(ss.counts[e], p.T);
   }
 
-  // HalfTile: whether s is the first half tile of a pair (its weight tile even and not the odd
-  // last one, not a static tile), whose second is the same tile of the next weight tile: the same
-  // expert, token tile and k range, so the same rows. Told from s itself, not kept in a flag or
-  // a second Segment: the producer's registers are few (setmaxnreg 56-72; either spilled).
-  __device__ bool pair_first(const Segment& s) const {
-    return HalfTile<Cfg>::kOn && p.narrow_tails && s.nrows > 0 && s.nrows <= Cfg::BLOCK_T / 2 &&
-           s.wb % 2 == 0 && s.wb + 1 < weight_tiles(p) && !(p.static_tiles && s.tb == 0);
-  }
-
-  // The next segment into s, which holds the previous one (the caller's loop variable, nrows = 0
-  // before the first).
-  __device__ bool next(Segment& s) {
-    if (pair_first(s)) {
-      ++s.wb;
-      return true;
-    }
-    while (next_any(s))
+  // The next segment into s (tid: the producer thread; dynamic fetching: all 128 call this
+  // together).
+  __device__ bool next(Segment& s, int tid = 0) {
+    while (next_any(s, tid))
       if (s.nrows > 0) return true;  // skip the static tiles of empty experts
     return false;
   }
 
-  __device__ bool next_any(Segment& s) {
+  // Dynamic fetching: the whole tile after this one. Each CTA's first is its index (no fetch);
+  // later ones come from the counter, in order (all 128 producer threads call this together).
+  __device__ int64_t fetch_next(int tid) {
+    if (tid == 0) {
+      const int64_t t = stride + atomicAdd(p.status + kStatusUpItems, 1);
+      *fetched = int32_t(t < rr_end ? t : rr_end);
+    }
+    asm volatile("bar.sync 1, 128;\n" ::: "memory");
+    const int64_t t = *fetched;
+    asm volatile("bar.sync 1, 128;\n" ::: "memory");  // *fetched is rewritten next time
+    return t;
+  }
+
+  __device__ bool next_any(Segment& s, int tid = 0) {
     int64_t tile;
     if (tile_rr < rr_end) {
       const int parts = split();
       tile = tile_rr / parts;
       s.part = int(tile_rr % parts);
-      tile_rr += stride;
+      tile_rr = fetched ? fetch_next(tid) : tile_rr + stride;
       s.kb0 = p.KB * s.part / parts;
       s.kb1 = p.KB * (s.part + 1) / parts;
     } else {
+      if (fetched && tile_rr != kFetchDone) {
+        // This CTA fetches no more: counted once; the last CTA to count zeroes both counters for
+        // the next launch (every CTA has made its last fetch by then).
+        if (tid == 0 && atomicAdd(p.status + kStatusUpDone, 1) == int(stride) - 1) {
+          atomicExch(p.status + kStatusUpItems, 0);
+          atomicExch(p.status + kStatusUpDone, 0);
+        }
+        tile_rr = kFetchDone;
+      }
       s.part = 0;
       if (unit >= unit_end) return false;
       tile = unit / p.KB;
@@ -164,6 +173,7 @@ struct TileScheduler {
       unit += s.kb1 - s.kb0;
     }
     s.tile = int(tile);
+    s.pair = 0;
     const int NB = weight_tiles(p);
     if (tile < static_tiles(p)) {
       s.e = int(tile / NB);
@@ -186,22 +196,11 @@ struct TileScheduler {
       const int local = int(tile - first(lo));
       const int token_tiles = ss.tile_offsets[lo + 1] - ss.tile_offsets[lo];
       const int tb0 = p.static_tiles ? 1 : 0;
-      if (HalfTile<Cfg>::expert_has(p, count_of(lo), token_tiles)) {
-        // Per pair of weight tiles: 2j's full tiles, both tails, 2j + 1's full tiles.
-        const int n = token_tiles, group = 2 * n - 1, pairs = NB / 2;
-        const int j = local / group, r = local % group;
-        if (j >= pairs) {  // an odd last weight tile, its tail alone
-          s.wb = NB - 1;
-          s.tb = tb0 + local - pairs * group;
-        } else {
-          // r == n - 1: the pair, 2j's tail now and 2j + 1's next (pair_first).
-          s.wb = 2 * j + (r >= n ? 1 : 0);
-          s.tb = tb0 + (r >= n ? r - n : r);
-        }
-      } else {
-        s.wb = local / token_tiles;
-        s.tb = tb0 + local % token_tiles;
-      }
+      const half_walk::Item it = half_walk::item(
+          local, token_tiles, NB, HalfTile<Cfg>::kOn && HalfTile<Cfg>::expert_has(p, count_of(lo), token_tiles));
+      s.wb = it.wb;
+      s.tb = tb0 + it.tb;
+      s.pair = it.pair;
     }
     s.slot0 = s.e * p.T + s.tb * Cfg::BLOCK_T;
     s.row0 = ss.route_offsets[s.e] + s.tb * Cfg::BLOCK_T;
@@ -235,9 +234,12 @@ __device__ void load_schedule(const GroupedGemmParams& p, typename Cfg::SharedSt
 #pragma unroll
       for (int i = 0; i < kPer; ++i) {
         const int e = threadIdx.x * kPer + i;
-        items[i] = e < p.E ? HalfTile<Cfg>::items(p, min(ss.counts[e], p.T),
-                                                  ss.tile_offsets[e + 1] - ss.tile_offsets[e], nb)
-                           : 0;
+        if (e < p.E) {
+          const int tiles = ss.tile_offsets[e + 1] - ss.tile_offsets[e];
+          items[i] = half_walk::items(tiles, nb, HalfTile<Cfg>::expert_has(p, min(ss.counts[e], p.T), tiles));
+        } else {
+          items[i] = 0;
+        }
       }
       int total = 0;
       cub::BlockScan<int, Cfg::kThreads>(ss.scan).ExclusiveSum(items, items, total);

@@ -9,8 +9,8 @@
 // kStages-deep k-stage ring), warpgroups 1-2 consume (64 weight rows each, or with tokens_m 64
 // tokens each: MMA per stage, then the epilogue from registers and the meta slot). A tile has kWaves 128-row weight waves: each k-stage
 // holds all of them, and every consumer runs its 64 rows of each wave in turn (its own
-// accumulator per wave); a two-wave tokens_m combine tail of <= 64 tokens runs at half height,
-// consumer c taking wave c (HalfTile). Persistent: one CTA per SM (two for the configs that say so), launched with PDL.
+// accumulator per wave); a two-wave tokens_m tail of <= 64 tokens runs at half height, consumer
+// c taking wave c (HalfTile). Persistent: one CTA per SM (two for the configs that say so), launched with PDL.
 #pragma once
 
 #include <cub/block/block_scan.cuh>
@@ -119,9 +119,10 @@ struct GemmConfig {
     int32_t route_offsets[kMaxExperts + 1];  // the tile walk's search runs on shared memory
     int32_t counts[kMaxExperts];
     // HalfTile: the walk's items per expert, scanned
-    int32_t item_offsets[kTokensM && kWaves == 2 && kEpi == GemmEpilogue::combine ? kMaxExperts + 1 : 1];
+    int32_t item_offsets[kTokensM && kWaves == 2 ? kMaxExperts + 1 : 1];
     int32_t ids[kFusedRoutes > 0 ? kFusedRoutes : 1];  // fused schedule: each route's expert
     int32_t warp_count[4];                             // fused schedule: matches per producer warp
+    int32_t fetched;                                   // dynamic fetching: the producer's next tile
     typename cub::BlockScan<int, kThreads>::TempStorage scan;
     std::conditional_t<kEpi == GemmEpilogue::swiglu, Staging, char> staging;
     uint64_t full[kStages];        // producer -> consumers: TMA bytes (+ 128 cp.async arrivals)
@@ -178,13 +179,12 @@ __device__ __forceinline__ void wait_barrier_long(uint64_t* bar, uint32_t parity
 template <class Cfg>
 __device__ void produce(const GroupedGemmParams& p, typename Cfg::SharedStorage& ss, int tid) {
   namespace cptx = cuda::ptx;
-  TileScheduler<Cfg> sched(p, ss, blockIdx.x, gridDim.x);
+  TileScheduler<Cfg> sched(p, ss, blockIdx.x, gridDim.x, &ss.fetched);
   RingPos<Cfg::kStages> stage;
   RingPos<Cfg::kMetaStages> meta;
   Segment s;
-  s.nrows = 0;  // (TileScheduler::next reads the previous segment)
   for (;;) {
-    const bool more = sched.next(s);
+    const bool more = sched.next(s, tid);
     wait_barrier(&ss.meta_empty[meta.idx], meta.phase ^ 1);  // first lap passes at once
     typename Cfg::TileMeta& m = ss.meta[meta.idx];
     if (!more) {
@@ -196,7 +196,12 @@ __device__ void produce(const GroupedGemmParams& p, typename Cfg::SharedStorage&
     const RowLoader<Cfg> rows(p, m, tid);
     cptx::mbarrier_arrive(&ss.meta_full[meta.idx]);  // releases this thread's meta writes
     meta.advance();
-    for (int kb = s.kb0; kb < s.kb1; ++kb) {
+    // A pair item (HalfTile) fills two stages per k-block: weight tile wb's, then wb + 1's. One
+    // flat loop (a nested one made the gathered producer spill at its 72 registers).
+    const int pair = HalfTile<Cfg>::kOn ? s.pair : 0;
+    const int units = (s.kb1 - s.kb0) << pair;
+    for (int u = 0; u < units; ++u) {
+      const int kb = s.kb0 + (u >> pair);
       if constexpr (Cfg::kE2M1)
         wait_barrier_long(&ss.empty[stage.idx], stage.phase ^ 1);
       else
@@ -208,7 +213,7 @@ __device__ void produce(const GroupedGemmParams& p, typename Cfg::SharedStorage&
         cptx::mbarrier_arrive_expect_tx(cptx::sem_release, cptx::scope_cta, cptx::space_shared,
                                         full, tx_bytes);
       }
-      WeightLoader<Cfg>::issue(p, s, kb, st, full, tid);
+      WeightLoader<Cfg>::issue(p, s, kb, st, full, tid, u & pair);
       rows.issue(p, s, kb, st, full, tid);
       // Arrives once this thread's cp.async copies above have landed.
       if constexpr (Cfg::kCpAsync) cptx::cp_async_mbarrier_arrive_noinc(full);
@@ -350,10 +355,18 @@ __device__ void consume(const GroupedGemmParams& p, typename Cfg::SharedStorage&
         if constexpr (HalfTile<Cfg>::kOn) half = HalfTile<Cfg>::of(p, m.seg.nrows);
         if (half) {
           if constexpr (HalfTile<Cfg>::kOn) {
-            for (int kb = kb0; kb < kb1; ++kb) {
+            auto half_stage = [&](float (&a)[Cfg::kAccRegs]) {
               wait_full();
-              mma.stage_half(ss.stages[stage.idx], acc[0], wgc, tid, &ss.empty[stage.idx]);
+              mma.stage_half(ss.stages[stage.idx], a, wgc, tid, &ss.empty[stage.idx]);
               stage.advance();
+            };
+            if (__shfl_sync(0xffffffffu, m.seg.pair, 0)) {  // wave c of weight tiles wb, wb + 1
+              for (int kb = kb0; kb < kb1; ++kb) {
+                half_stage(acc[0]);
+                half_stage(acc[1]);
+              }
+            } else {
+              for (int kb = kb0; kb < kb1; ++kb) half_stage(acc[0]);
             }
           }
         } else {
@@ -371,6 +384,11 @@ __device__ void consume(const GroupedGemmParams& p, typename Cfg::SharedStorage&
       // (decided again from the slot: one register fewer held through the mainloop)
       if (HalfTile<Cfg>::of(p, m.seg.nrows)) {  // consumer c holds wave c of the first 64 tokens
         Epilogue<Cfg>::store_half(p, m.seg, m, ss, acc[0], wgc, tid);
+        if (m.seg.pair) {  // and of weight tile wb + 1's
+          Segment s2 = m.seg;
+          ++s2.wb;
+          Epilogue<Cfg>::store_half(p, s2, m, ss, acc[1], wgc, tid);
+        }
         stored = true;
       }
     }

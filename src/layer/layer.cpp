@@ -913,6 +913,7 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   g1.act_alpha = cfg.activation.alpha;
   g1.act_limit = cfg.activation.limit;
   g1.split = plan.split;
+  g1.dynamic_items = knobs().dynamic_items;
   g1.split_partials = ws.split_partials;
   g1.split_counters = ws.split_counters;
 

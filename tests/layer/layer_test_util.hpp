@@ -23,6 +23,7 @@
 #include "common/device_buffer.hpp"
 #include "common/parallel.hpp"
 #include "common/env.hpp"
+#include "common/status.hpp"
 #include "fusedmoe/formats.hpp"
 #include "layer/layer_plan.hpp"
 #include "tests/test_util.hpp"
@@ -93,6 +94,7 @@ struct LayerRun {
   std::vector<uint8_t> h;           // [R, I_pad * elem]
   std::vector<float> h_scale;       // fp8: [R, I_pad / plan.h_block] (copied at the size for 64)
   int dropped = 0;
+  std::vector<int32_t> status;      // the workspace's status words after the call (status.hpp)
   detail::LayerPlan plan;
 };
 
@@ -157,6 +159,9 @@ inline LayerRun run_layer(const MoeLayer& layer, const LayerCase& c, const Layer
   run.dropped = layer.dropped_routes(ws.get(), nullptr);
   if (T == 0) return run;
   const detail::LayerWorkspace& w = run.plan.ws;
+  run.status.resize(detail::kStatusWords);
+  FMOE_CUDA(cudaMemcpy(run.status.data(), w.status, sizeof(int32_t) * detail::kStatusWords,
+                       cudaMemcpyDeviceToHost));
   const int R = T * L.k_total, eb = L.fp8 ? 1 : 2;
   auto copy = [](const void* src, size_t bytes) {
     std::vector<uint8_t> out(bytes);

@@ -220,6 +220,63 @@ TEST(LayerGpu, EveryCompiledLayerConfigRuns) {
   }
 }
 
+// The first route whose fp8 intermediate (codes and scales) differs between two runs of the same
+// case, or R if none: compared route by route, since the schedule kernel's slot order, and so the
+// compact rows, may differ between runs. fp8: one byte per value, h_scale [R, I_pad / h_block].
+static size_t first_route_differing(const LayerRun& x, const LayerRun& y) {
+  const size_t hb = x.h.size() / x.row.size(), sb = hb / size_t(x.plan.h_block);
+  for (size_t r = 0; r < x.row.size(); ++r) {
+    const int a = x.row[r], b = y.row[r];
+    const bool same =
+        a < 0 || b < 0 ? a == b
+                       : std::equal(x.h.begin() + size_t(a) * hb, x.h.begin() + size_t(a + 1) * hb,
+                                    y.h.begin() + size_t(b) * hb) &&
+                             std::equal(x.h_scale.begin() + size_t(a) * sb,
+                                        x.h_scale.begin() + size_t(a + 1) * sb, y.h_scale.begin() + size_t(b) * sb);
+    if (!same) return r;
+  }
+  return x.row.size();
+}
+
+TEST(LayerGpu, DynamicItemsGiveTheSameBits) {
+  // The gate/up GEMM hands out its tiles after each CTA's first from a counter, in order
+  // (FMOE_DYNAMIC_ITEMS, default on; TileScheduler::fetch_next). Which CTA computes a tile must
+  // not change a bit: the intermediate (both modes) and the deterministic output equal those of
+  // the round robin, with the oracles checked. The counters must end the call at zero (the last
+  // CTA resets them), so that the next launch, a graph replay or the stage replayed alone, starts
+  // at item 0. 32 experts x 2 token tiles x 6 weight tiles = 384 items: more than the CTAs.
+  FMOE_SKIP_WITHOUT_GPU();
+  const MoeConfig cfg = scaled(find_preset("qwen3-30b-a3b"), 256, 768, 32, Precision::fp8_block);
+  const int T = 1024;
+  detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, "up_fp8_bt128_w2_tm_s4");
+  for (ReductionMode m : kModes) {
+    const LayerCase lc = make_case(cfg, T, m);
+    const uint64_t seed = seeds_for(hash_ints({T, int(m)})).back();
+    const LayerData d = make_layer_data(lc, seed);
+    const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+    std::vector<LayerRun> runs;
+    for (bool dynamic : {true, false}) {
+      detail::ScopedKnob<bool> knob(&detail::Knobs::dynamic_items, dynamic);
+      runs.push_back(run_layer(*g.layer, lc, d));
+      const LayerRun& run = runs.back();
+      const std::string ctx = lc.describe() + (dynamic ? " dynamic" : " round robin") +
+                              strf(" seed %llu", (unsigned long long)seed);
+      ASSERT_EQ(run.plan.up.dynamic_items, dynamic ? 1 : 0) << ctx;
+      check_gate_up(lc, d, g.layer->impl(), run, ctx);
+      check_down(lc, d, g.layer->impl(), run, ctx);
+      EXPECT_EQ(run.status[detail::kStatusUpItems], 0) << ctx;
+      EXPECT_EQ(run.status[detail::kStatusUpDone], 0) << ctx;
+    }
+    ASSERT_EQ(runs[0].plan.h_block, runs[1].plan.h_block);
+    const size_t differs = first_route_differing(runs[0], runs[1]);
+    EXPECT_EQ(differs, runs[0].row.size()) << lc.describe() << ": route " << differs
+                                           << "'s intermediate differs";
+    if (m == ReductionMode::deterministic) {
+      EXPECT_TRUE(runs[0].y == runs[1].y) << lc.describe() << ": the output differs";
+    }
+  }
+}
+
 TEST(LayerGpu, NarrowTailTilesAtEveryWidth) {
   // An expert's last token tile runs at a half or a quarter of BLOCK_T when its routes fit
   // (TileWidth, sm90_gemm_mainloop.cuh: fp8 and NVFP4 weights as wgmma's M side; the other
@@ -227,9 +284,10 @@ TEST(LayerGpu, NarrowTailTilesAtEveryWidth) {
   // 16, 17, 20, 32, 33, 64, 65, 100, 127, 128, 129, 160, 161, 192, 193, 288 and ~60 routes on the
   // experts (seeded order), so every BLOCK_T = 64 and 128 config meets tails at, just above and
   // below each width; each config forced in turn, both modes, narrowing on and off
-  // (FMOE_NARROW_TAILS), both GEMMs against their oracles. The two-wave tokens-as-M down configs
-  // run tails of <= 64 routes at half height (HalfTile), with the full tile's operations: in
-  // deterministic mode their output must be bitwise the same with the knob on and off.
+  // (FMOE_NARROW_TAILS), both GEMMs against their oracles. The two-wave tokens-as-M configs run
+  // tails of <= 64 routes at half height (HalfTile), with the full tile's operations: the
+  // intermediate, and in deterministic mode the output, must be bitwise the same with the knob on
+  // and off.
   FMOE_SKIP_WITHOUT_GPU();
   const int T = 320, E = 32, k = 8;
   std::vector<int> counts = {0, 1, 16, 17, 20, 32, 33, 64, 65, 100, 127, 128, 129, 160, 161, 192, 193, 288};
@@ -248,10 +306,10 @@ TEST(LayerGpu, NarrowTailTilesAtEveryWidth) {
     const Precision p = ci.weights == detail::GemmWeights::bf16   ? Precision::bf16
                         : ci.weights == detail::GemmWeights::e2m1 ? Precision::nvfp4
                                                                   : Precision::fp8_block;
-    const bool half_tiles = ci.operands == detail::GemmOperands::tokens_m && ci.waves == 2 &&
-                            ci.epilogue == detail::GemmEpilogue::combine;
+    const bool half_tiles = ci.operands == detail::GemmOperands::tokens_m && ci.waves == 2;
     // H = 256 gives the down GEMM one two-wave weight tile (its half tiles alone); H = 768 three:
-    // one pair of half tiles and an odd last one (HalfTile's walk).
+    // one pair of half tiles and an odd last one (HalfTile's walk). The gate/up (I = 256) has two:
+    // one pair.
     for (int H : {256, 768}) {
       if (H != 256 && !half_tiles) continue;
       const MoeConfig cfg = scaled(find_preset("qwen3-30b-a3b"), H, 256, E, p);
@@ -296,22 +354,12 @@ TEST(LayerGpu, NarrowTailTilesAtEveryWidth) {
           continue;
         }
         const LayerRun& half = narrowed[m == ReductionMode::fast ? 0 : 1];
-        // The intermediate route by route (the schedule kernel's slot order, and so the compact
-        // rows, may differ between runs): codes and scales.
         ASSERT_EQ(half.plan.h_block, run.plan.h_block) << ctx;
-        // fp8 (tokens as M): one byte per intermediate value, h_scale [R, I_pad / h_block].
-        const size_t hb = half.h.size() / half.row.size(), sb = hb / size_t(half.plan.h_block);
-        size_t differs = half.row.size();  // the first route whose intermediate differs
-        for (size_t r = 0; r < half.row.size() && differs == half.row.size(); ++r) {
-          const int a = half.row[r], b = run.row[r];
-          const bool same = a < 0 || b < 0 ? a == b
-                            : std::equal(half.h.begin() + size_t(a) * hb, half.h.begin() + size_t(a + 1) * hb,
-                                         run.h.begin() + size_t(b) * hb) &&
-                              std::equal(half.h_scale.begin() + size_t(a) * sb,
-                                         half.h_scale.begin() + size_t(a + 1) * sb, run.h_scale.begin() + size_t(b) * sb);
-          if (!same) differs = r;
+        const size_t differs = first_route_differing(half, run);
+        if (ci.epilogue == detail::GemmEpilogue::swiglu) {
+          EXPECT_EQ(differs, half.row.size()) << ctx << ": the intermediate of this route differs with half-height tiles";
         }
-        // The forced down config runs after the default gate/up, whose narrow tiles the knob also
+        // A forced down config runs after the default gate/up, whose narrow tiles the knob also
         // turns off: its output is compared only where its input is the same.
         if (differs == half.row.size() && m == ReductionMode::deterministic) {
           EXPECT_EQ(half.y, run.y) << ctx << ": half-height tiles changed the deterministic output";
