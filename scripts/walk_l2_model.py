@@ -29,6 +29,12 @@ What it showed (session 31, docs/performance.md), in weight GB from DRAM at T=81
 The measured difference was +8.1 GB of DRAM traffic. In the round robin, CTAs that share a weight
 tile drift apart once their items run at different speeds. The counter hands out neighbouring
 items together, whatever their speed.
+
+--gemm down (session 32) walks the down GEMM instead: 28 weight tiles of 256 rows (7168 / 256),
+16 k-blocks of 128 (2048). --activations counts the A side too, in both GEMMs: each item reads its
+token tile's 128-row box of the k-block (16 KB), the L2 then holding weights and activations by
+bytes. Measured for comparison (ncu, session 32, deepseek-v3 T=2048, both walks round robin): the
+down GEMM read 3.85 GB from DRAM against 2.86 GB of weights and intermediate.
 """
 import argparse
 import collections
@@ -37,8 +43,11 @@ import heapq
 import numpy as np
 
 E, K_ROUTED, GROUPS, KEPT_GROUPS = 256, 8, 8, 4
-BLOCK_T, WEIGHT_TILES, K_BLOCKS = 128, 16, 56  # gate/up: 2 x 2048 rows / 256, 7168 / 128
-KBLOCK_BYTES = 256 * 128
+BLOCK_T = 128
+GEMMS = {"gate_up": (16, 56), "down": (28, 16)}  # weight tiles of 256 rows, k-blocks of 128
+WEIGHT_TILES, K_BLOCKS = GEMMS["gate_up"]       # set by --gemm
+KBLOCK_BYTES = 256 * 128                         # a weight tile's k-block
+A_BYTES = BLOCK_T * 128                          # a token tile's k-block (fp8 activations)
 
 
 def route_counts(T, seed):
@@ -55,25 +64,41 @@ def route_counts(T, seed):
 
 
 def walk_items(counts, pairs):
+    """Items in the engine's order: (weight tiles (e, wb) it reads, its token tile (e, tb))."""
     out = []
     for e, n in enumerate(counts):
         if n == 0:
             continue
         tiles, tail = -(-n // BLOCK_T), n % BLOCK_T
         if not (pairs and 0 < tail <= BLOCK_T // 2):
-            out += [((e, wb),) for wb in range(WEIGHT_TILES) for _ in range(tiles)]
+            out += [(((e, wb),), (e, tb)) for wb in range(WEIGHT_TILES) for tb in range(tiles)]
             continue
         for j in range(WEIGHT_TILES // 2):
-            out += [((e, 2 * j),)] * (tiles - 1)
-            out.append(((e, 2 * j), (e, 2 * j + 1)))
-            out += [((e, 2 * j + 1),)] * (tiles - 1)
+            out += [(((e, 2 * j),), (e, tb)) for tb in range(tiles - 1)]
+            out.append((((e, 2 * j), (e, 2 * j + 1)), (e, tiles - 1)))
+            out += [(((e, 2 * j + 1),), (e, tb)) for tb in range(tiles - 1)]
+        if WEIGHT_TILES % 2:  # an odd last weight tile keeps its tail alone
+            out += [(((e, WEIGHT_TILES - 1),), (e, tb)) for tb in range(tiles)]
     return out
 
 
-def dram_gb(items, r, l2_mb, ctas, dynamic):
-    cap = int(l2_mb * 2**20 / KBLOCK_BYTES)
-    l2 = collections.OrderedDict()
-    misses = 0
+def dram_gb(items, r, l2_mb, ctas, dynamic, activations=False):
+    cap = l2_mb * 2**20
+    l2 = collections.OrderedDict()  # key -> bytes, least recently used first
+    held = 0
+    missed = 0
+
+    def touch(key, nbytes):
+        nonlocal held, missed
+        if key in l2:
+            l2.move_to_end(key)
+            return
+        missed += nbytes
+        l2[key] = nbytes
+        held += nbytes
+        while held > cap:
+            held -= l2.popitem(last=False)[1]
+
     queues = None if dynamic else [items[c::ctas] for c in range(ctas)]
     nxt = 0
     events = []
@@ -88,17 +113,12 @@ def dram_gb(items, r, l2_mb, ctas, dynamic):
     while events:
         t, c, i, kb = heapq.heappop(events)
         end = max(end, t)
-        item = items[i] if dynamic else queues[c][i]
-        for tile in item:
-            key = (tile, kb)
-            if key in l2:
-                l2.move_to_end(key)
-            else:
-                misses += 1
-                l2[key] = True
-                if len(l2) > cap:
-                    l2.popitem(last=False)
-        dt = r if len(item) == 2 else 1.0
+        wtiles, ttile = items[i] if dynamic else queues[c][i]
+        for tile in wtiles:
+            touch(("w", tile, kb), KBLOCK_BYTES)
+            if activations:
+                touch(("a", ttile, kb), A_BYTES)
+        dt = r if len(wtiles) == 2 else 1.0
         kb += 1
         if kb == K_BLOCKS:
             kb = 0
@@ -111,8 +131,8 @@ def dram_gb(items, r, l2_mb, ctas, dynamic):
                 if i >= len(queues[c]):
                     continue
         heapq.heappush(events, (t + dt, c, i, kb))
-    # (weight GB from DRAM, the walk's makespan in full-tile times: item work only, no DRAM limit)
-    return misses * KBLOCK_BYTES / 1e9, (end + 1) / K_BLOCKS
+    # (GB from DRAM, the walk's makespan in full-tile times: item work only, no DRAM limit)
+    return missed / 1e9, (end + 1) / K_BLOCKS
 
 
 def main():
@@ -122,24 +142,30 @@ def main():
     ap.add_argument("--l2-mb", type=float, default=50)
     ap.add_argument("--ctas", type=int, default=132)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--gemm", choices=sorted(GEMMS), default="gate_up")
+    ap.add_argument("--activations", action="store_true", help="count the A side's bytes too")
     a = ap.parse_args()
+    global WEIGHT_TILES, K_BLOCKS
+    WEIGHT_TILES, K_BLOCKS = GEMMS[a.gemm]
     counts = route_counts(a.tokens, a.seed)
     hit = counts[:E] > 0
     print(f"T={a.tokens}: {hit.sum()} of {E} experts hit, at most {counts[:E].max()} routes "
           f"(mean {counts[:E][hit].mean():.0f}); weights of the experts hit: "
-          f"{(hit.sum() + 1) * WEIGHT_TILES * K_BLOCKS * KBLOCK_BYTES / 1e9:.2f} GB")
+          f"{(hit.sum() + 1) * WEIGHT_TILES * K_BLOCKS * KBLOCK_BYTES / 1e9:.2f} GB, "
+          f"activations once: {counts.sum() * K_BLOCKS * 128 / 1e9:.3f} GB ({a.gemm})")
     base = walk_items(counts, False)
     paired = walk_items(counts, True)
     print(f"items: {len(base)} without pairs, {len(paired)} with "
-          f"({sum(len(i) == 2 for i in paired)} pairs)")
+          f"({sum(len(i[0]) == 2 for i in paired)} pairs)")
     for dynamic in (False, True):
         name = "counter" if dynamic else "round robin"
         cases = [("no pairs", base, 1.0)] + [(f"pairs r={r}", paired, r) for r in a.r]
         cols = []
         for label, its, r in cases:
-            gb, span = dram_gb(its, r, a.l2_mb, a.ctas, dynamic)
+            gb, span = dram_gb(its, r, a.l2_mb, a.ctas, dynamic, a.activations)
             cols.append(f"{label} {gb:.2f} GB / {span:.1f}")
-        print(f"{name:>11}: weight GB from DRAM / makespan in tile times: " + ", ".join(cols))
+        what = "weight + activation" if a.activations else "weight"
+        print(f"{name:>11}: {what} GB from DRAM / makespan in tile times: " + ", ".join(cols))
 
 
 if __name__ == "__main__":
