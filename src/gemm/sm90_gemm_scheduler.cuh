@@ -7,10 +7,10 @@
 // (consecutive tiles share a weight tile, so its bytes are read from L2 after the first). With
 // static_tiles, tiles [0, E * NB) are (e, wb, token tile 0) of every expert, empty or not, so the
 // numbering is known before the routing exists; empty ones are skipped. A persistent grid walks
-// the tiles: round robin over whole tiles, then (fast combine only) stream-K over equal shares of
-// (tile, k-block) units, so no CTA idles through a partial last wave. Deterministic combine and the
-// swiglu epilogue need whole tiles (one CTA computes each output in a fixed order; the activation
-// needs the full sum).
+// the tiles: whole tiles (round robin, or in order from a counter: fetch_next), then (fast
+// combine only) stream-K over equal shares of (tile, k-block) units, so no CTA idles through a
+// partial last wave. Deterministic combine and the swiglu epilogue need whole tiles (one CTA
+// computes each output in a fixed order; the activation needs the full sum).
 //
 // Only the producer walks; it publishes each tile's segment and columns through the meta ring
 // (one slot per tile, its own full/empty barriers), so a k-stage never carries tile metadata.
@@ -85,7 +85,7 @@ struct TileScheduler {
   int32_t* fetched;
   static constexpr int64_t kFetchDone = INT64_MAX;  // tile_rr once this CTA counted itself done
 
-  // Whole tiles handed out round robin before the stream-K tail (all of them when the epilogue
+  // Whole tiles handed out (round robin or from the counter) before the stream-K tail (all of them when the epilogue
   // needs whole tiles). Fast combine: all but the last full wave and the partial wave, so at any
   // moment the CTAs work on neighbouring tiles (few experts, their weights and rows in L2).
   __device__ static int64_t whole_tiles(const GroupedGemmParams& p, int64_t tiles, int ctas) {
