@@ -110,10 +110,11 @@ struct GroupedGemmParams {
                                 // narrower wgmmas (fp8 and e2m1 weights as M: TileWidth,
                                 // sm90_gemm_mainloop.cuh), two-wave tokens-as-M combine tiles of
                                 // <= 64 routes at half height (HalfTile); 0: every tile at full size
-  // Whole tiles after each CTA's first taken in order from a counter (status[kStatusUpItems],
-  // zero at launch; the kernel's last CTA zeroes it again) instead of round robin: CTAs that
-  // share a weight tile then run its items together whatever their speed (needs status).
-  int dynamic_items = 0;
+  // Whole tiles after each CTA's first taken in order from a counter instead of round robin: CTAs
+  // that share a weight tile then run its items together whatever their speed. Two words: [0] the
+  // next tile, [1] the CTAs done fetching; zero at launch, the kernel's last CTA zeroes them again
+  // (the layer's status words kStatusUpItems / kStatusDownItems). nullptr: round robin.
+  int32_t* fetch_counters = nullptr;
 };
 
 /// The output row that prepared row r of a paired_rows weight tile holds: in each 16, rows r < 8

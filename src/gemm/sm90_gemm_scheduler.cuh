@@ -7,7 +7,7 @@
 // (consecutive tiles share a weight tile, so its bytes are read from L2 after the first). With
 // static_tiles, tiles [0, E * NB) are (e, wb, token tile 0) of every expert, empty or not, so the
 // numbering is known before the routing exists; empty ones are skipped. A persistent grid walks
-// the tiles: whole tiles (round robin, or in order from a counter: fetch_next), then (fast
+// the tiles: whole tiles (round robin, or in order from a counter: fetch_issue / fetch_take), then (fast
 // combine only) stream-K over equal shares of (tile, k-block) units, so no CTA idles through a
 // partial last wave. Deterministic combine and the swiglu epilogue need whole tiles (one CTA
 // computes each output in a fixed order; the activation needs the full sum).
@@ -80,9 +80,11 @@ struct TileScheduler {
   const typename Cfg::SharedStorage& ss;
   int64_t tile_rr, rr_end, stride;  // whole-tile phase: next tile, where it ends, the stride
   int64_t unit, unit_end;           // stream-K phase: (tile * KB + kb) units
-  // Dynamic fetching (p.dynamic_items): the counters in p.status, and a shared word through which
+  // Dynamic fetching (p.fetch_counters): the two counters, and a shared word through which
   // producer thread 0 hands its fetch to the other 127. nullptr: round robin.
   int32_t* fetched;
+  int32_t ahead = 0;  // thread 0: the counter's value taken for the tile after the current one
+  bool owed = false;  // that value is still to be read (fetch_take)
   static constexpr int64_t kFetchDone = INT64_MAX;  // tile_rr once this CTA counted itself done
 
   // Whole tiles handed out (round robin or from the counter) before the stream-K tail (all of them when the epilogue
@@ -103,7 +105,7 @@ struct TileScheduler {
 
   __device__ TileScheduler(const GroupedGemmParams& params, const typename Cfg::SharedStorage& s,
                            int cta, int ctas, int32_t* fetch_word = nullptr)
-      : p(params), ss(s), fetched(p.dynamic_items && p.status ? fetch_word : nullptr) {
+      : p(params), ss(s) {
     // Swiglu split K: work items are (tile, part); everything else walks tiles (HalfTile: items,
     // one of them a pair of half tiles).
     const int64_t dynamic = HalfTile<Cfg>::kOn ? int64_t(ss.item_offsets[p.E])
@@ -112,6 +114,9 @@ struct TileScheduler {
     rr_end = whole_tiles(p, tiles, ctas);
     tile_rr = cta;
     stride = ctas;
+    // A fetch returns at least ctas: with no more whole tiles than CTAs (decode sizes) there is
+    // nothing to fetch, and no atomic round trip before the first tile's loads.
+    fetched = p.fetch_counters && rr_end > ctas ? fetch_word : nullptr;
     const int64_t tail_units = (tiles - rr_end) * p.KB;
     unit = rr_end * p.KB + tail_units * cta / ctas;
     unit_end = rr_end * p.KB + tail_units * (cta + 1) / ctas;
@@ -133,34 +138,43 @@ struct TileScheduler {
   }
 
   // Dynamic fetching: the whole tile after this one. Each CTA's first is its index (no fetch);
-  // later ones come from the counter, in order (all 128 producer threads call this together).
-  __device__ int64_t fetch_next(int tid) {
+  // later ones come from the counter, in order. Thread 0 takes the counter when the current tile
+  // is handed out and the result is read only at the next call, so the atomic's round trip
+  // overlaps the current tile's loads instead of sitting between two tiles (the CTA's claims
+  // come in the same order). All 128 producer threads call these together.
+  __device__ void fetch_issue(int tid) {
+    if (tid == 0) ahead = atomicAdd(p.fetch_counters, 1);
+    owed = true;
+  }
+  __device__ int64_t fetch_take(int tid) {
     if (tid == 0) {
-      const int64_t t = stride + atomicAdd(p.status + kStatusUpItems, 1);
+      const int64_t t = stride + ahead;
       *fetched = int32_t(t < rr_end ? t : rr_end);
     }
     asm volatile("bar.sync 1, 128;\n" ::: "memory");
     const int64_t t = *fetched;
     asm volatile("bar.sync 1, 128;\n" ::: "memory");  // *fetched is rewritten next time
+    owed = false;
     return t;
   }
 
   __device__ bool next_any(Segment& s, int tid = 0) {
     int64_t tile;
+    if (owed) tile_rr = fetch_take(tid);
     if (tile_rr < rr_end) {
       const int parts = split();
       tile = tile_rr / parts;
       s.part = int(tile_rr % parts);
-      tile_rr = fetched ? fetch_next(tid) : tile_rr + stride;
+      if (fetched) fetch_issue(tid); else tile_rr += stride;
       s.kb0 = p.KB * s.part / parts;
       s.kb1 = p.KB * (s.part + 1) / parts;
     } else {
       if (fetched && tile_rr != kFetchDone) {
         // This CTA fetches no more: counted once; the last CTA to count zeroes both counters for
         // the next launch (every CTA has made its last fetch by then).
-        if (tid == 0 && atomicAdd(p.status + kStatusUpDone, 1) == int(stride) - 1) {
-          atomicExch(p.status + kStatusUpItems, 0);
-          atomicExch(p.status + kStatusUpDone, 0);
+        if (tid == 0 && atomicAdd(p.fetch_counters + 1, 1) == int(stride) - 1) {
+          atomicExch(p.fetch_counters, 0);
+          atomicExch(p.fetch_counters + 1, 0);
         }
         tile_rr = kFetchDone;
       }

@@ -913,7 +913,7 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   g1.act_alpha = cfg.activation.alpha;
   g1.act_limit = cfg.activation.limit;
   g1.split = plan.split;
-  g1.dynamic_items = knobs().dynamic_items;
+  g1.fetch_counters = knobs().dynamic_items & 1 ? ws.status + kStatusUpItems : nullptr;
   g1.split_partials = ws.split_partials;
   g1.split_counters = ws.split_counters;
 
@@ -939,6 +939,7 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   g2.deterministic = det || rows16;  // rows16: one (bf16) row per route, as deterministic mode
   g2.paired_rows = 1;
   g2.status = nullptr;  // GEMM 1 counts the dropped routes (both see the same ids)
+  g2.fetch_counters = knobs().dynamic_items & 2 ? ws.status + kStatusDownItems : nullptr;
   g2.out = rows16 ? nullptr : ws.acc;
   g2.out_type = rows16 ? GemmOut::bf16 : GemmOut::f32;
   g2.out_lowp = rows16 ? static_cast<void*>(ws.acc) : nullptr;

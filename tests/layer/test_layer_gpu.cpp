@@ -239,14 +239,16 @@ static size_t first_route_differing(const LayerRun& x, const LayerRun& y) {
 }
 
 TEST(LayerGpu, DynamicItemsGiveTheSameBits) {
-  // The gate/up GEMM hands out its tiles after each CTA's first from a counter, in order
-  // (FMOE_DYNAMIC_ITEMS, default on; TileScheduler::fetch_next). Which CTA computes a tile must
-  // not change a bit: the intermediate (both modes) and the deterministic output equal those of
-  // the round robin, with the oracles checked. The counters must end the call at zero (the last
-  // CTA resets them), so that the next launch, a graph replay or the stage replayed alone, starts
-  // at item 0. 32 experts x 2 token tiles x 6 weight tiles = 384 items: more than the CTAs.
+  // Both grouped GEMMs hand out their tiles after each CTA's first from a counter, in order
+  // (FMOE_DYNAMIC_ITEMS, bit 0 the gate/up, bit 1 the down; TileScheduler::fetch_next). Which CTA
+  // computes a tile must not change a bit: the intermediate (both modes) and the deterministic
+  // output equal those of the round robin, with the oracles checked. The counters must end the
+  // call at zero (the last CTA resets them), so that the next launch, a graph replay or the stage
+  // replayed alone, starts at item 0. 32 experts x 2 token tiles: x 6 weight tiles = 384 gate/up
+  // items; x 8 weight tiles (hidden 2048, two waves of 128) = 512 down items, so fast mode's down,
+  // which fetches whole tiles for all but its last two waves before its stream-K tail, fetches too.
   FMOE_SKIP_WITHOUT_GPU();
-  const MoeConfig cfg = scaled(find_preset("qwen3-30b-a3b"), 256, 768, 32, Precision::fp8_block);
+  const MoeConfig cfg = scaled(find_preset("qwen3-30b-a3b"), 2048, 768, 32, Precision::fp8_block);
   const int T = 1024;
   detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, "up_fp8_bt128_w2_tm_s4");
   for (ReductionMode m : kModes) {
@@ -255,24 +257,27 @@ TEST(LayerGpu, DynamicItemsGiveTheSameBits) {
     const LayerData d = make_layer_data(lc, seed);
     const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
     std::vector<LayerRun> runs;
-    for (bool dynamic : {true, false}) {
-      detail::ScopedKnob<bool> knob(&detail::Knobs::dynamic_items, dynamic);
+    for (int dynamic : {3, 0, 1, 2}) {
+      detail::ScopedKnob<int> knob(&detail::Knobs::dynamic_items, dynamic);
       runs.push_back(run_layer(*g.layer, lc, d));
       const LayerRun& run = runs.back();
-      const std::string ctx = lc.describe() + (dynamic ? " dynamic" : " round robin") +
-                              strf(" seed %llu", (unsigned long long)seed);
-      ASSERT_EQ(run.plan.up.dynamic_items, dynamic ? 1 : 0) << ctx;
+      const std::string ctx = lc.describe() + strf(" FMOE_DYNAMIC_ITEMS=%d seed %llu", dynamic,
+                                                   (unsigned long long)seed);
+      ASSERT_EQ(run.plan.up.fetch_counters != nullptr, (dynamic & 1) != 0) << ctx;
+      ASSERT_EQ(run.plan.down.fetch_counters != nullptr, (dynamic & 2) != 0) << ctx;
       check_gate_up(lc, d, g.layer->impl(), run, ctx);
       check_down(lc, d, g.layer->impl(), run, ctx);
-      EXPECT_EQ(run.status[detail::kStatusUpItems], 0) << ctx;
-      EXPECT_EQ(run.status[detail::kStatusUpDone], 0) << ctx;
-    }
-    ASSERT_EQ(runs[0].plan.h_block, runs[1].plan.h_block);
-    const size_t differs = first_route_differing(runs[0], runs[1]);
-    EXPECT_EQ(differs, runs[0].row.size()) << lc.describe() << ": route " << differs
-                                           << "'s intermediate differs";
-    if (m == ReductionMode::deterministic) {
-      EXPECT_TRUE(runs[0].y == runs[1].y) << lc.describe() << ": the output differs";
+      for (int w : {detail::kStatusUpItems, detail::kStatusUpDone, detail::kStatusDownItems,
+                    detail::kStatusDownDone}) {
+        EXPECT_EQ(run.status[w], 0) << ctx << ": status word " << w;
+      }
+      ASSERT_EQ(runs[0].plan.h_block, run.plan.h_block) << ctx;
+      const size_t differs = first_route_differing(runs[0], run);
+      EXPECT_EQ(differs, runs[0].row.size()) << ctx << ": route " << differs
+                                             << "'s intermediate differs from FMOE_DYNAMIC_ITEMS=3";
+      if (m == ReductionMode::deterministic) {
+        EXPECT_TRUE(runs[0].y == run.y) << ctx << ": the output differs from FMOE_DYNAMIC_ITEMS=3";
+      }
     }
   }
 }
