@@ -647,6 +647,27 @@ void fill_gemm_common(GroupedGemmParams& g, const MoeLayer::Impl& L, const Layer
 
 }  // namespace
 
+namespace {
+
+// Whether a grouped GEMM of the layer takes each CTA's tiles after its first from a counter
+// (GroupedGemmParams::fetch_counters; FMOE_DYNAMIC_ITEMS turns it off per GEMM). Where it was
+// measured to pay, on the H200 against the round robin in the same call (docs/performance.md,
+// sessions 32-33):
+// - tokens-as-M tiles (FP8 prefill): the CTAs that share a weight tile stay in step and read it
+//   from L2 once; deepseek-v3 gate/up 0.91-0.98, its down GEMM 0.93-0.97 at T = 2048-8192.
+// - FP8 weights-as-M tiles of at least 32 k-blocks (deepseek-v3's gate/up, K = 7168): 0.90-0.93
+//   at T = 128-512.
+// Not where the tiles are shorter: qwen3-30b-a3b's gate/up (16 k-blocks) ran 1.07-1.18x and its
+// down (6) 1.06-1.18x slower at T = 4-512, deepseek-v3's down (16) the same, whether the atomic's
+// result was waited for or not (so not its round trip; the cause is not known). BF16 and 4-bit
+// weights were not measured with it and keep the round robin.
+bool fetches_tiles(GemmConfigId id, int kb) {
+  const GemmConfigInfo c = gemm_config_info(id);
+  return c.weights == GemmWeights::fp8_block && (c.operands == GemmOperands::tokens_m || kb >= 32);
+}
+
+}  // namespace
+
 LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, void* workspace,
                              size_t workspace_bytes, cudaStream_t stream) {
   LayerPlan plan;
@@ -913,7 +934,9 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   g1.act_alpha = cfg.activation.alpha;
   g1.act_limit = cfg.activation.limit;
   g1.split = plan.split;
-  g1.fetch_counters = knobs().dynamic_items & 1 ? ws.status + kStatusUpItems : nullptr;
+  g1.fetch_counters = knobs().dynamic_items & 1 && fetches_tiles(plan.up_config, g1.KB)
+                          ? ws.status + kStatusUpItems
+                          : nullptr;
   g1.split_partials = ws.split_partials;
   g1.split_counters = ws.split_counters;
 
@@ -939,7 +962,9 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   g2.deterministic = det || rows16;  // rows16: one (bf16) row per route, as deterministic mode
   g2.paired_rows = 1;
   g2.status = nullptr;  // GEMM 1 counts the dropped routes (both see the same ids)
-  g2.fetch_counters = knobs().dynamic_items & 2 ? ws.status + kStatusDownItems : nullptr;
+  g2.fetch_counters = knobs().dynamic_items & 2 && fetches_tiles(plan.down_config, g2.KB)
+                          ? ws.status + kStatusDownItems
+                          : nullptr;
   g2.out = rows16 ? nullptr : ws.acc;
   g2.out_type = rows16 ? GemmOut::bf16 : GemmOut::f32;
   g2.out_lowp = rows16 ? static_cast<void*>(ws.acc) : nullptr;
