@@ -645,10 +645,6 @@ void fill_gemm_common(GroupedGemmParams& g, const MoeLayer::Impl& L, const Layer
   g.narrow_tails = knobs().narrow_tails;
 }
 
-}  // namespace
-
-namespace {
-
 // Whether a grouped GEMM of the layer takes each CTA's tiles after its first from a counter
 // (GroupedGemmParams::fetch_counters; FMOE_DYNAMIC_ITEMS turns it off per GEMM). Where it was
 // measured to pay, on the H200 against the round robin in the same call (docs/performance.md,
