@@ -276,7 +276,7 @@ TEST(Cli, BenchUsageErrorsComeBeforeTheGpu) {
   expect_usage_error("bench --op --tokens 4", "fusedmoe bench: --op needs a value");
   expect_usage_error("bench --op nope",
                      "unknown benchmark op \"nope\"; the ops are: ep_layer, gemv, nvfp4_grouped_gemm, "
-                     "layer, layer_all, moe_fp8, moe_fp8_all");
+                     "l2_feed, layer, layer_all, moe_fp8, moe_fp8_all");
   expect_usage_error("bench ceilings --op moe_fp8", "'bench ceilings' takes no --op",
                      "usage: fusedmoe bench ceilings");
   expect_usage_error("bench --op moe_fp8 --mode x",
