@@ -82,4 +82,10 @@ GemmOperands select_operands(const GemmFamily& f, int block_t, int K, bool two_s
 int select_ctas(const GemmFamily& f, int block_t, int waves, GemmOperands operands, double tiles,
                 int sms, const std::string& forced, std::string* reason);
 
+/// Whether a grouped GEMM with config `id`, `kb` k-blocks of depth and on average
+/// `routes_per_hit` routes per hit expert takes each CTA's tiles after its first from a counter
+/// (GroupedGemmParams::fetch_counters) instead of round robin: where that measured faster
+/// (FMOE_DYNAMIC_ITEMS turns it off per GEMM; the reasons per branch are in the definition).
+bool select_counter_walk(GemmConfigId id, int kb, double routes_per_hit);
+
 }  // namespace fusedmoe::detail

@@ -645,29 +645,6 @@ void fill_gemm_common(GroupedGemmParams& g, const MoeLayer::Impl& L, const Layer
   g.narrow_tails = knobs().narrow_tails;
 }
 
-// Whether a grouped GEMM of the layer takes each CTA's tiles after its first from a counter
-// (GroupedGemmParams::fetch_counters; FMOE_DYNAMIC_ITEMS turns it off per GEMM). Where it was
-// measured to pay, on the H200 against the round robin in the same call (docs/performance.md,
-// sessions 32-33):
-// - tokens-as-M tiles (FP8 prefill): the CTAs that share a weight tile stay in step and read it
-//   from L2 once; deepseek-v3 gate/up 0.91-0.98, its down GEMM 0.93-0.97 at T = 2048-8192.
-// - FP8 weights-as-M tiles of at least 32 k-blocks (deepseek-v3's gate/up, K = 7168) where the
-//   hit experts get at most ~1 or at least ~3 routes each on average (`per_hit`, the plan's
-//   expectation under uniform routing): deepseek-v3 gate/up 0.94 / 0.98 at T = 1 / 2 (1.00 / 1.02
-//   routes per hit expert) and 0.84-0.89 at T = 96-256 (3.1-8.0). Between, the round robin won:
-//   1.036-1.041 at T = 8-32 (1.12-1.6 routes), 1.017 at T = 64 (2.3), even (1.002) at T = 4 (1.05).
-//   Session 34, both orders twice in the same call; the cause is not known.
-// Not where the tiles are shorter: qwen3-30b-a3b's gate/up (16 k-blocks) ran 1.07-1.18x and its
-// down (6) 1.06-1.18x slower at T = 4-512, deepseek-v3's down (16) the same, whether the atomic's
-// result was waited for or not (so not its round trip; the cause is not known). BF16 and 4-bit
-// weights were not measured with it and keep the round robin.
-bool fetches_tiles(GemmConfigId id, int kb, double per_hit) {
-  const GemmConfigInfo c = gemm_config_info(id);
-  if (c.weights != GemmWeights::fp8_block) return false;
-  if (c.operands == GemmOperands::tokens_m) return true;
-  return kb >= 32 && (per_hit <= 1.03 || per_hit >= 3.0);
-}
-
 }  // namespace
 
 LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, void* workspace,
@@ -936,7 +913,7 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   g1.act_alpha = cfg.activation.alpha;
   g1.act_limit = cfg.activation.limit;
   g1.split = plan.split;
-  g1.fetch_counters = knobs().dynamic_items & 1 && fetches_tiles(plan.up_config, g1.KB, per_hit)
+  g1.fetch_counters = knobs().dynamic_items & 1 && select_counter_walk(plan.up_config, g1.KB, per_hit)
                           ? ws.status + kStatusUpItems
                           : nullptr;
   g1.split_partials = ws.split_partials;
@@ -964,7 +941,7 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   g2.deterministic = det || rows16;  // rows16: one (bf16) row per route, as deterministic mode
   g2.paired_rows = 1;
   g2.status = nullptr;  // GEMM 1 counts the dropped routes (both see the same ids)
-  g2.fetch_counters = knobs().dynamic_items & 2 && fetches_tiles(plan.down_config, g2.KB, per_hit)
+  g2.fetch_counters = knobs().dynamic_items & 2 && select_counter_walk(plan.down_config, g2.KB, per_hit)
                           ? ws.status + kStatusDownItems
                           : nullptr;
   g2.out = rows16 ? nullptr : ws.acc;

@@ -222,3 +222,29 @@ TEST(GemmConfig, CtasPerSmFollowTheTilesAndTheTable) {
         EXPECT_EQ(c.block_t, bt) << c.name;
       }
 }
+
+TEST(GemmConfig, CounterWalkWhereItMeasuredFaster) {
+  // select_counter_walk's branches, each with the sizes it was measured at (gemm_config.cpp).
+  const GemmConfigId up_tm = gemm_config_by_name("up_fp8_bt128_w2_tm_s4");
+  const GemmConfigId down_tm = gemm_config_by_name("down_fp8_bt128_w2_tm_h128_s4");
+  const GemmConfigId up16 = gemm_config_by_name("up_fp8_bt16_s10");
+  const GemmConfigId up_bf16 = gemm_config_by_name("up_bf16_bt16_s10");
+  ASSERT_NE(up_tm, GemmConfigId::count);
+  ASSERT_NE(down_tm, GemmConfigId::count);
+  ASSERT_NE(up16, GemmConfigId::count);
+  ASSERT_NE(up_bf16, GemmConfigId::count);
+  // FP8 tokens as M (prefill): always, whatever the depth or the routes.
+  for (int kb : {6, 16, 56}) {
+    EXPECT_TRUE(select_counter_walk(up_tm, kb, 40.0)) << kb;
+    EXPECT_TRUE(select_counter_walk(down_tm, kb, 40.0)) << kb;
+  }
+  // deepseek-v3's gate/up (56 k-blocks), its routes per hit expert at T = 1, 2 | 4..64 | 96..256.
+  for (double r : {1.0, 1.016}) EXPECT_TRUE(select_counter_walk(up16, 56, r)) << r;
+  for (double r : {1.048, 1.115, 1.256, 1.57, 2.30}) EXPECT_FALSE(select_counter_walk(up16, 56, r)) << r;
+  for (double r : {3.15, 4.0, 6.0, 8.0}) EXPECT_TRUE(select_counter_walk(up16, 56, r)) << r;
+  // Shorter tiles (qwen3's 16 and 6 k-blocks) and other weights: round robin at every size.
+  for (double r : {1.0, 2.0, 8.0}) {
+    EXPECT_FALSE(select_counter_walk(up16, 16, r)) << r;
+    EXPECT_FALSE(select_counter_walk(up_bf16, 56, r)) << r;
+  }
+}

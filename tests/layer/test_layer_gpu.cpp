@@ -241,7 +241,7 @@ static size_t first_route_differing(const LayerRun& x, const LayerRun& y) {
 TEST(LayerGpu, DynamicItemsGiveTheSameBits) {
   // Both grouped GEMMs hand out their tiles after each CTA's first from a counter, in order
   // (FMOE_DYNAMIC_ITEMS, bit 0 the gate/up, bit 1 the down; TileScheduler::fetch_issue /
-  // fetch_take; the layer fetches in tokens-as-M tiles, these, see fetches_tiles). Which CTA
+  // fetch_take; the layer fetches in tokens-as-M tiles, these, see select_counter_walk). Which CTA
   // computes a tile must not change a bit: the intermediate (both modes) and the deterministic
   // output equal those of the round robin, with the oracles checked. The counters must end the
   // call at zero (the last CTA resets them), so that the next launch, a graph replay or the stage
