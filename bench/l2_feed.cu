@@ -13,6 +13,8 @@
 // Every form is first run once and checked: the consumer sums one word of each landed block
 // (the buffers hold their word index), against the sum the host expects; a wrong kernel is never
 // timed.
+#include <cooperative_groups.h>
+#include <cuda/ptx>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -23,10 +25,13 @@
 #include "bench/registry.hpp"
 #include "common/cuda_check.hpp"
 #include "common/device_buffer.hpp"
+#include "common/ptx/sm90_ptx.cuh"
 #include "fusedmoe/error.hpp"
 
 namespace fusedmoe::bench {
 namespace {
+
+namespace cptx = cuda::ptx;
 
 constexpr int kStages = 4;
 constexpr uint32_t kABytes = 16 * 1024, kWBytes = 32 * 1024;
@@ -46,25 +51,11 @@ struct FeedSmem {
 __host__ __device__ inline int w_block(int cta, int it) { return ((cta / 2) * 7 + it) % kWBlocks; }
 __host__ __device__ inline int a_block(int cta, int it) { return (cta * 5 + it) % kABlocks; }
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return uint32_t(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void wait_parity(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n .reg .pred p;\n W: mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
-      " @!p bra W;\n}\n" ::"r"(bar), "r"(parity) : "memory");
-}
-__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-      "l"(src), "r"(bytes), "r"(bar) : "memory");
-}
-// Lands at the same offset (dst, and its barrier bar) in every CTA of the mask.
-__device__ __forceinline__ void bulk_load_multicast(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar,
-                                                    uint16_t mask) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, "
-      "[%3], %4;\n" ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "h"(mask) : "memory");
+// A stage's barrier, waited on by whole warps (acquire at cluster scope: the multicast form's
+// stages are written and released by the other CTA too).
+__device__ __forceinline__ void wait_parity(uint64_t* bar, uint32_t parity) {
+  while (!cptx::mbarrier_try_wait_parity(cptx::sem_acquire, cptx::scope_cluster, bar, parity)) {
+  }
 }
 
 template <bool kMulticast>
@@ -72,21 +63,20 @@ __global__ void __launch_bounds__(64) l2_feed_kernel(const uint8_t* __restrict__
                                                      int iters, unsigned long long* sink) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t raw[];
-  const uint32_t pad = (128u - (smem_u32(raw) & 127u)) & 127u;
+  const uint32_t pad = (128u - (ptx::smem_addr(raw) & 127u)) & 127u;
   FeedSmem& ss = *reinterpret_cast<FeedSmem*>(raw + pad);
-  uint32_t rank = 0;
-  if (kMulticast) asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  const uint32_t rank = kMulticast ? cptx::get_sreg_cluster_ctarank() : 0u;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(&ss.full[s])));
+      cptx::mbarrier_init(&ss.full[s], 1);
       // Multicast: a stage is free once the consumers of both CTAs released it (both are written).
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(&ss.empty[s])),
-                   "r"(kMulticast ? 2 : 1));
+      cptx::mbarrier_init(&ss.empty[s], kMulticast ? 2u : 1u);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    cptx::fence_mbarrier_init(cptx::sem_release, cptx::scope_cluster);
   }
   if (kMulticast) {
-    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+    cptx::barrier_cluster_arrive(cptx::sem_release);
+    cptx::barrier_cluster_wait();
   } else {
     __syncthreads();
   }
@@ -94,38 +84,40 @@ __global__ void __launch_bounds__(64) l2_feed_kernel(const uint8_t* __restrict__
   if (warp == 0 && lane == 0) {  // producer
     for (int it = 0; it < iters; ++it) {
       const int s = it % kStages;
-      if (it >= kStages) wait_parity(smem_u32(&ss.empty[s]), ((it / kStages) - 1) & 1);
-      const uint32_t full = smem_u32(&ss.full[s]);
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(full),
-                   "r"(kABytes + kWBytes) : "memory");
-      bulk_load(smem_u32(ss.st[s].a), a + int64_t(a_block(cta, it)) * kABytes, kABytes, full);
+      if (it >= kStages) wait_parity(&ss.empty[s], ((it / kStages) - 1) & 1);
+      uint64_t* full = &ss.full[s];
+      // (sizes by value: cuda::ptx takes references, which constexpr globals cannot bind in
+      // device code)
+      const uint32_t tx = kABytes + kWBytes, abytes = kABytes, wbytes = kWBytes;
+      cptx::mbarrier_arrive_expect_tx(cptx::sem_release, cptx::scope_cta, cptx::space_shared, full, tx);
+      cptx::cp_async_bulk(cptx::space_cluster, cptx::space_global, ss.st[s].a,
+                          a + int64_t(a_block(cta, it)) * kABytes, abytes, full);
       const uint8_t* wsrc = w + int64_t(w_block(cta, it)) * kWBytes;
       if (kMulticast) {
+        // This CTA's half lands at the same offset (and on the same barrier) in both CTAs.
         const uint32_t half = kWBytes / 2;
-        bulk_load_multicast(smem_u32(ss.st[s].w) + rank * half, wsrc + rank * half, half, full, 0x3);
+        const uint16_t mask = 0x3;
+        cptx::cp_async_bulk(cptx::space_cluster, cptx::space_global, ss.st[s].w + rank * half,
+                            wsrc + rank * half, half, full, mask);
       } else {
-        bulk_load(smem_u32(ss.st[s].w), wsrc, kWBytes, full);
+        cptx::cp_async_bulk(cptx::space_cluster, cptx::space_global, ss.st[s].w, wsrc, wbytes, full);
       }
     }
   } else if (warp == 1) {  // consumer: one word of each landed block, then release the stage
     unsigned long long sum = 0;
     for (int it = 0; it < iters; ++it) {
       const int s = it % kStages;
-      wait_parity(smem_u32(&ss.full[s]), (it / kStages) & 1);
+      wait_parity(&ss.full[s], (it / kStages) & 1);
       if (lane == 0) {
         const FeedStage& st = ss.st[s];
         sum += *reinterpret_cast<const uint32_t*>(st.a) + *reinterpret_cast<const uint32_t*>(st.w) +
                *reinterpret_cast<const uint32_t*>(st.w + kWBytes / 2);
-        const uint32_t empty = smem_u32(&ss.empty[s]);
         if (kMulticast) {
-          for (uint32_t r = 0; r < 2; ++r) {  // both CTAs' producers write this stage
-            uint32_t remote;
-            asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(empty), "r"(r));
-            asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote)
-                         : "memory");
-          }
+          for (unsigned r = 0; r < 2; ++r)  // both CTAs' producers write this stage
+            cptx::mbarrier_arrive(cptx::sem_release, cptx::scope_cluster, cptx::space_cluster,
+                                  cooperative_groups::this_cluster().map_shared_rank(&ss.empty[s], r));
         } else {
-          asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(empty) : "memory");
+          cptx::mbarrier_arrive(&ss.empty[s]);
         }
       }
       __syncwarp();
@@ -133,7 +125,10 @@ __global__ void __launch_bounds__(64) l2_feed_kernel(const uint8_t* __restrict__
     if (lane == 0) atomicAdd(sink, sum);
   }
   // No CTA leaves while its partner may still write into it or arrive on its barriers.
-  if (kMulticast) asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+  if (kMulticast) {
+    cptx::barrier_cluster_arrive(cptx::sem_release);
+    cptx::barrier_cluster_wait();
+  }
 #else
   __trap();  // built for sm_90a only
 #endif

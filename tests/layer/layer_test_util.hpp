@@ -75,6 +75,18 @@ inline LayerData make_layer_data(const LayerCase& c, uint64_t seed, bool codes =
   d.lw = codes ? cli::random_layer_codes(c.cfg, seed) : ref::make_random_layer(c.cfg, seed);
   const int T = c.T, H = c.cfg.hidden, E = c.cfg.num_experts;
   d.x = ref::random_bf16(int64_t(T) * H, seed, 0x78, 1.0f);
+  // Each (token, 128 columns) block scaled by its own power of two in [2^-3, 2^3] (exact in
+  // bf16): with one magnitude everywhere every fp8 activation scale came out nearly the same, and
+  // a kernel reading another token's scales passed the oracles (session 35: a wrong scale-slot
+  // numbering was caught only by a bitwise comparison). Real hidden states differ in magnitude
+  // per token too.
+  const int nb = (H + 127) / 128;
+  for (int t = 0; t < T; ++t)
+    for (int b = 0; b < nb; ++b) {
+      const int e2 = int(ref::splitmix64(seed ^ 0x5ca1e5ull ^ uint64_t(int64_t(t) * nb + b)) % 7) - 3;
+      const float f = std::ldexp(1.0f, e2);
+      for (int i = b * 128; i < std::min(H, b * 128 + 128); ++i) d.x[size_t(t) * H + i] *= f;
+    }
   d.x_bits.resize(d.x.size());
   for (size_t i = 0; i < d.x.size(); ++i) d.x_bits[i] = fmt::bf16_from_float(d.x[i]);
   const int hot = c.route == LayerRoute::hot ? int(seed % uint64_t(E)) : -1;
