@@ -70,6 +70,12 @@ struct LayerData {
 };
 
 /// codes: weights drawn directly as codes (cli::random_layer_codes), for full-size presets.
+/// The power of two in [2^-3, 2^3] that block `index` of a test tensor is scaled by (exact in bf16
+/// and in an fp8 block scale), drawn from `key` (the seed and the tensor's stream).
+inline float block_magnitude(uint64_t key, int64_t index) {
+  return std::ldexp(1.0f, int(ref::splitmix64(key ^ uint64_t(index)) % 7) - 3);
+}
+
 inline LayerData make_layer_data(const LayerCase& c, uint64_t seed, bool codes = false) {
   LayerData d;
   d.lw = codes ? cli::random_layer_codes(c.cfg, seed) : ref::make_random_layer(c.cfg, seed);
@@ -83,8 +89,7 @@ inline LayerData make_layer_data(const LayerCase& c, uint64_t seed, bool codes =
   const int nb = (H + 127) / 128;
   for (int t = 0; t < T; ++t)
     for (int b = 0; b < nb; ++b) {
-      const int e2 = int(ref::splitmix64(seed ^ 0x5ca1e5ull ^ uint64_t(int64_t(t) * nb + b)) % 7) - 3;
-      const float f = std::ldexp(1.0f, e2);
+      const float f = block_magnitude(seed ^ 0x5ca1e5ull, int64_t(t) * nb + b);
       for (int i = b * 128; i < std::min(H, b * 128 + 128); ++i) d.x[size_t(t) * H + i] *= f;
     }
   d.x_bits.resize(d.x.size());
