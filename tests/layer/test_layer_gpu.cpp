@@ -231,8 +231,9 @@ static size_t first_route_differing(const LayerRun& x, const LayerRun& y) {
         a < 0 || b < 0 ? a == b
                        : std::equal(x.h.begin() + size_t(a) * hb, x.h.begin() + size_t(a + 1) * hb,
                                     y.h.begin() + size_t(b) * hb) &&
-                             std::equal(x.h_scale.begin() + size_t(a) * sb,
-                                        x.h_scale.begin() + size_t(a + 1) * sb, y.h_scale.begin() + size_t(b) * sb);
+                             // the scales' bits: as floats a NaN scale never equals itself
+                             std::memcmp(x.h_scale.data() + size_t(a) * sb,
+                                         y.h_scale.data() + size_t(b) * sb, sb * sizeof(float)) == 0;
     if (!same) return r;
   }
   return x.row.size();
