@@ -68,7 +68,30 @@ struct Options {
   bool tune = false;  // --configs all
   bool unbiased = false;  // --routing unbiased
   uint64_t seed = 1;
+  std::string routes_path;  // --routes FILE: each (preset, T)'s routes per expert, JSON lines
 };
+
+// One JSON line per (preset, T): the routed rows of each expert under the bench's routing, for
+// peer benchmarks that must run the same grouped GEMMs (python/bench/deepgemm_peer.py). The shared
+// expert (when the preset has one) is listed apart: it takes every token, with its own width.
+void append_routes(const std::string& path, const MoeConfig& c, const std::string& shape, int T,
+                   const ref::Routing& routing) {
+  std::vector<int64_t> rows(size_t(c.num_experts), 0);
+  for (const int32_t e : routing.ids)
+    if (e >= 0 && e < c.num_experts) ++rows[size_t(e)];
+  FILE* f = std::fopen(path.c_str(), "a");
+  FMOE_REQUIRE(f, "bench layer: cannot append the routes to \"%s\"", path.c_str());
+  std::string list;
+  for (const int64_t r : rows) list += strf("%s%lld", list.empty() ? "" : ", ", (long long)r);
+  std::fprintf(f,
+               "{\"preset\": \"%s\", \"shape\": \"%s\", \"tokens\": %d, \"hidden\": %d, "
+               "\"intermediate\": %d, \"top_k\": %d, \"shared_rows\": %d, "
+               "\"shared_intermediate\": %d, \"routes_per_expert\": [%s]}\n",
+               c.name.c_str(), shape.c_str(), T, c.hidden, c.intermediate, c.top_k,
+               c.num_shared_experts > 0 ? T : 0, c.num_shared_experts > 0 ? c.shared_intermediate : 0,
+               list.c_str());
+  std::fclose(f);
+}
 
 // The kernels a plan runs for the two GEMMs (a row's config).
 std::string kernels_of(const LayerPlan& p) {
@@ -145,6 +168,7 @@ void LayerBench::run_tokens(int T) {
   const float* bias = host_.route_bias.empty() ? nullptr : host_.route_bias.data();
   const ref::Routing routing = ref::route(c.routing, in.logits.data(), T, E, k, bias);
   const cli::LayerCost cost = cli::layer_cost(c, routing, T);
+  if (!opt_.routes_path.empty()) append_routes(opt_.routes_path, c, shape_name_, T, routing);
   const double weight_bytes = cost.weight_bytes, io_bytes = cost.bytes - cost.weight_bytes;
   const double flops = cost.flops;
 
@@ -366,6 +390,12 @@ Options parse_options(const cli::Args& args, const char* presets, const char* pr
   o.tune = args.str("configs", "auto") == "all";
   o.unbiased = args.str("routing", "model") == "unbiased";
   o.seed = uint64_t(args.integer("seed", 1, 0, 1ll << 62));
+  o.routes_path = args.str("routes", "");
+  if (!o.routes_path.empty()) {  // start the file empty: each (preset, T) appends its line
+    FILE* f = std::fopen(o.routes_path.c_str(), "w");
+    FMOE_REQUIRE(f, "bench layer: --routes: cannot write \"%s\"", o.routes_path.c_str());
+    std::fclose(f);
+  }
   return o;
 }
 
@@ -421,6 +451,8 @@ const std::vector<BenchOption> kOptions = {
      "router bias, which concentrates the routes on a few experts (default model)", Kind::choice,
      {"model", "unbiased"}},
     {"seed", "N", "seed of the random weights and inputs (default 1)", Kind::integer, {}, 0, 1ll << 62},
+    {"routes", "FILE", "also write each (preset, T)'s routed rows per expert to FILE, one JSON line "
+     "each, for peer benchmarks on the same routing (python/bench/deepgemm_peer.py)"},
 };
 
 const Register kLayer{BenchOp{
