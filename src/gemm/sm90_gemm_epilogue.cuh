@@ -24,19 +24,22 @@ struct Epilogue;
 
 // silu(g) * u, or gpt-oss's clamped (u + 1) * g * sigmoid(alpha * g) with g <= limit and
 // |u| <= limit (the swiglu epilogue's, and the decode GEMV's, src/layer).
+// The sigmoid is g / (1 + 2^(-g log2 e)) with the exponential and the reciprocal each one MUFU
+// instruction (ptx::ex2_approx_ftz / rcp_approx_ftz), not the IEEE division (a subroutine with a
+// branch per call) nor __expf (five instructions without -use_fast_math): ncu of the gate/up GEMM
+// (session 36) put the swiglu epilogue at about a fifth of its consumers' time at K = 2048. The
+// difference is a few fp32 ulps, far below the intermediate's fp8 / bf16 rounding. For
+// g -> -inf the divisor overflows to inf and the quotient is -0, silu's limit.
 template <bool kClamped>
 __device__ __forceinline__ float swiglu_activation(float g, float u, float alpha, float limit) {
+  constexpr float kMinusLog2e = -1.4426950408889634f;
   if constexpr (kClamped) {
     // Comparisons, not fminf: a NaN must stay NaN (as in the reference).
     g = g > limit ? limit : g;
     u = u > limit ? limit : (u < -limit ? -limit : u);
-    return (u + 1.0f) * __fdividef(g, 1.0f + __expf(-alpha * g));
+    return (u + 1.0f) * (g * ptx::rcp_approx_ftz(1.0f + ptx::ex2_approx_ftz(kMinusLog2e * alpha * g)));
   }
-  // __fdividef, not '/': the IEEE division is a subroutine with a branch per call (ncu: the
-  // largest block of the swiglu epilogue); the difference is a few fp32 ulps, far below the
-  // intermediate's fp8/bf16 rounding. For g -> -inf the divisor overflows to inf and the
-  // quotient is -0, silu's limit.
-  return __fdividef(g, 1.0f + __expf(-g)) * u;
+  return g * ptx::rcp_approx_ftz(1.0f + ptx::ex2_approx_ftz(kMinusLog2e * g)) * u;
 }
 
 // combine: out[token, n] += w * (acc + bias[e, n]) by fp32 atomics (the bias once per tile: by
@@ -403,21 +406,32 @@ struct Epilogue<Cfg, GemmEpilogue::swiglu> {
   __device__ static void tokens_m_values(const GroupedGemmParams& p, int e, int wave,
                                          const float (&acc)[Cfg::kAccRegs], int q, float (&v)[2][16]) {
     const float* bias = p.bias ? p.bias + int64_t(e) * p.n_rows + wave * Cfg::WAVE_W : nullptr;
-    auto fill = [&](auto act) {
+    // kBias: without a bias no addition at all (x + 0.0f is not x for x = -0, so the compiler
+    // kept an FADD of zero per value).
+    auto fill = [&](auto act, auto has_bias) {
+      constexpr bool kBias = decltype(has_bias)::value;
 #pragma unroll
       for (int g = 0; g < 8; ++g)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const float bg = bias ? bias[16 * g + 2 * q + h] : 0.0f;
-          const float bu = bias ? bias[16 * g + 8 + 2 * q + h] : 0.0f;
 #pragma unroll
-          for (int r = 0; r < 2; ++r)
-            v[r][2 * g + h] = act(acc[4 * (2 * g) + 2 * r + h] + bg, acc[4 * (2 * g + 1) + 2 * r + h] + bu);
+          for (int r = 0; r < 2; ++r) {
+            float gate = acc[4 * (2 * g) + 2 * r + h], up = acc[4 * (2 * g + 1) + 2 * r + h];
+            if constexpr (kBias) {
+              gate += bias[16 * g + 2 * q + h];
+              up += bias[16 * g + 8 + 2 * q + h];
+            }
+            v[r][2 * g + h] = act(gate, up);
+          }
         }
     };
     // The variant is chosen once per tile, outside the loop.
-    if (p.act_clamped) fill([&](float g, float u) { return activation<true>(p, g, u); });
-    else fill([&](float g, float u) { return activation<false>(p, g, u); });
+    auto with_bias = [&](auto act) {
+      if (bias) fill(act, std::true_type{});
+      else fill(act, std::false_type{});
+    };
+    if (p.act_clamped) with_bias([&](float g, float u) { return activation<true>(p, g, u); });
+    else with_bias([&](float g, float u) { return activation<false>(p, g, u); });
   }
 
   // max |v| over a token's 64 values of a wave: this thread's 16, then its quad (two shuffles).
