@@ -8,6 +8,13 @@ layer bench, written by `fusedmoe bench --op layer --routes FILE`:
     build/fusedmoe bench --op layer --presets deepseek-v3 --tokens 8192 --routes routes.jsonl
     PYTHONPATH=<DeepGEMM checkout> python3 python/bench/deepgemm_peer.py routes.jsonl
 
+DeepGEMM is a peer here, not a dependency. On a machine without network (the GPU machines), bring
+its source with its two submodules' headers (CUTLASS include/, fmt include/ at the commits it
+pins) and build the extension in place, as docs/calls/session36_call1.sh does:
+    ln -sf $PWD/third-party/cutlass/include/{cutlass,cute} deep_gemm/include/
+    CXX=/usr/bin/g++ python3 setup.py build_ext --inplace     # ~90 s; kernels JIT-compile at first use
+DG_PRINT_CONFIGS=1 prints the block sizes, clusters and stages it picks for each shape.
+
 Each (preset, T) line gives two GEMMs, as our layer runs them:
   gate/up  [rows, H] x [2I, H]^T  (our kernel also applies SwiGLU and writes fp8 [rows, I]);
   down     [rows, I] x [H, I]^T   (ours also weights and combines the rows per token).
