@@ -10,9 +10,9 @@ layer bench, written by `fusedmoe bench --op layer --routes FILE`:
 
 DeepGEMM is a peer here, not a dependency. On a machine without network (the GPU machines), bring
 its source with its two submodules' headers (CUTLASS include/, fmt include/ at the commits it
-pins) and build the extension in place, as docs/calls/session36_call1.sh does:
-    ln -sf $PWD/third-party/cutlass/include/{cutlass,cute} deep_gemm/include/
-    CXX=/usr/bin/g++ python3 setup.py build_ext --inplace     # ~90 s; kernels JIT-compile at first use
+pins) and build the extension in place (~90 s; kernels JIT-compile at first use):
+    scripts/peer_deepgemm.sh pack deepgemm_src.tar.xz         # here, from git mirrors
+    scripts/peer_deepgemm.sh build deepgemm_src.tar.xz /tmp/dg  # there; PYTHONPATH=/tmp/dg/DeepGEMM
 DG_PRINT_CONFIGS=1 prints the block sizes, clusters and stages it picks for each shape.
 
 Each (preset, T) line gives two GEMMs, as our layer runs them:
