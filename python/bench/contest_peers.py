@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 
 import torch
 
 import fusedmoe
+from graph_timing import time_graph
 
 SHAPES = {
     "A": (7168, 4096, [80, 176, 128, 72, 64, 248, 96, 160]),
@@ -31,33 +31,6 @@ SHAPES = {
     "D": (1536, 4096, [128, 384]),
 }
 L2_BYTES = 50 * 2**20
-
-
-def time_graph(calls, launches: int, reps: int) -> tuple[float, float, float]:
-    """Median, p10, p90 in microseconds per launch: `calls[i % len(calls)]` captured `launches`
-    times into one graph, replayed `reps` times after two warm-up replays."""
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        for c in calls:  # warm-up outside capture (workspaces, autotuning)
-            c()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for i in range(launches):
-            calls[i % len(calls)]()
-    for _ in range(2):
-        graph.replay()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / launches)
-    samples.sort()
-    return statistics.median(samples), samples[len(samples) // 10], samples[(9 * len(samples)) // 10]
 
 
 def copies_for(nbytes: int) -> int:

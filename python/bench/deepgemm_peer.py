@@ -33,35 +33,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 
 import torch
 
-
-def time_graph(call, launches: int, reps: int) -> tuple[float, float, float]:
-    """Median, p10, p90 in microseconds per call."""
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        call()  # JIT compile and warm up outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for _ in range(launches):
-            call()
-    for _ in range(2):
-        graph.replay()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / launches)
-    samples.sort()
-    return statistics.median(samples), samples[len(samples) // 10], samples[(9 * len(samples)) // 10]
+from graph_timing import time_graph
 
 
 def random_fp8(rows: int, cols: int, gen: torch.Generator) -> torch.Tensor:
@@ -119,8 +95,8 @@ def dense_fp8_tflops(launches: int, reps: int, gen: torch.Generator) -> float:
     a = random_fp8(n, n, gen)
     b = random_fp8(n, n, gen)
     one = torch.ones((), device="cuda")
-    med, _, _ = time_graph(lambda: torch._scaled_mm(a, b.T, scale_a=one, scale_b=one,
-                                                    out_dtype=torch.bfloat16), launches, reps)
+    med, _, _ = time_graph([lambda: torch._scaled_mm(a, b.T, scale_a=one, scale_b=one,
+                                                     out_dtype=torch.bfloat16)], launches, reps)
     return 2.0 * n ** 3 / (med * 1e-6) / 1e12
 
 
@@ -162,7 +138,7 @@ def main() -> None:
             n, k = (2 * I, H) if gemm == "up" else (H, I)
             c = GroupedCase(dg, rows, n, k, gen)
             err = c.check()
-            med, p10, p90 = time_graph(c, args.launches, args.reps)
+            med, p10, p90 = time_graph([c], args.launches, args.reps)
             real = sum(rows)
             tf = 2.0 * real * n * k / (med * 1e-6) / 1e12
             print(f"| {case['preset']} | {case['tokens']} | {gemm} | {len(rows)} | {real} | "
