@@ -69,7 +69,6 @@ struct LayerData {
   ref::Routing given;                  // LayerRoute::given
 };
 
-/// codes: weights drawn directly as codes (cli::random_layer_codes), for full-size presets.
 /// The power of two in [2^-3, 2^3] that block `index` of a test tensor is scaled by (exact in bf16
 /// and in an fp8 block scale), drawn from `key` (the seed and the tensor's stream).
 inline float block_magnitude(uint64_t key, int64_t index) {
@@ -105,6 +104,7 @@ inline void vary_block_magnitudes(ref::LayerWeights& lw, uint64_t seed) {
   vary_block_magnitudes(lw.shared_w2, seed, 0x5ca1e502);
 }
 
+/// codes: weights drawn directly as codes (cli::random_layer_codes), for full-size presets.
 inline LayerData make_layer_data(const LayerCase& c, uint64_t seed, bool codes = false) {
   LayerData d;
   d.lw = codes ? cli::random_layer_codes(c.cfg, seed) : ref::make_random_layer(c.cfg, seed);
