@@ -220,6 +220,35 @@ TEST(LayerGpu, EveryCompiledLayerConfigRuns) {
   }
 }
 
+TEST(LayerGpu, TokensOnMDownGemmBiasesAndAPartialWave) {
+  // The tokens-as-M down GEMM's epilogue (tokens_m_rows, sm90_gemm_epilogue.cuh) on tiles with
+  // and without the expert's bias and on waves whose outputs are all < H or not: each such
+  // config forced, H = 400 (the last weight tile's second wave holds 16 outputs in range, its
+  // first wave all 128), through fp32 atomics, bf16 route rows and deterministic rows; T = 150
+  // on 8 experts: a full token tile and a tail of <= 64 routes (half height) per expert. (No
+  // other layer test ran these configs with biases; a variant compiled apart per case is in
+  // docs/tried/tokens_m_epilogue_no_bias.diff.)
+  FMOE_SKIP_WITHOUT_GPU();
+  int forced = 0;
+  for (int i = 0; i < int(detail::GemmConfigId::count); ++i) {
+    const detail::GemmConfigInfo ci = detail::gemm_config_info(detail::GemmConfigId(i));
+    if (ci.operands != detail::GemmOperands::tokens_m || ci.epilogue != detail::GemmEpilogue::combine ||
+        ci.rows == detail::GemmRows::gathered)
+      continue;
+    ++forced;
+    detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, ci.name);
+    for (bool bias : {false, true}) {
+      MoeConfig cfg = scaled(find_preset("qwen3-30b-a3b"), 400, 256, 8, Precision::fp8_block);
+      cfg.expert_bias = bias;
+      cfg.validate();
+      for (ReductionMode m : kModes) run_case(make_case(cfg, 150, m), 1, false);
+      detail::ScopedKnob<int> rows16(&detail::Knobs::rows16_min_t, 1);
+      run_case(make_case(cfg, 150, ReductionMode::fast), 1, false);
+    }
+  }
+  EXPECT_EQ(forced, 4) << "the tokens-as-M down configs of gemm_configs.def";
+}
+
 // The first route whose fp8 intermediate (codes and scales) differs between two runs of the same
 // case, or R if none: compared route by route, since the schedule kernel's slot order, and so the
 // compact rows, may differ between runs. fp8: one byte per value, h_scale [R, I_pad / h_block].
@@ -818,6 +847,18 @@ TEST(LayerGpu, SanitizerSmall) {
       detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, name);
       const MoeConfig qwen = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 8, Precision::fp8_block);
       run_case(make_case(qwen, 150, ReductionMode::fast), 1, false);
+    }
+  }
+  {
+    // The tokens-as-M down epilogue with the expert's bias and a partial wave (H = 400: 16 of the
+    // last wave's 128 outputs in range), as bf16 route rows and as fp32 atomics.
+    detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, "down_fp8_bt128_w2_tm_h128_s4");
+    MoeConfig biased = scaled(find_preset("qwen3-30b-a3b"), 400, 256, 8, Precision::fp8_block);
+    biased.expert_bias = true;
+    biased.validate();
+    for (int min_t : {1, 0}) {
+      detail::ScopedKnob<int> rows16(&detail::Knobs::rows16_min_t, min_t);
+      run_case(make_case(biased, 150, ReductionMode::fast), 1, false);
     }
   }
   for (Precision p : {Precision::fp8_block, Precision::bf16}) {
