@@ -177,7 +177,7 @@ __device__ __forceinline__ void wait_barrier_long(uint64_t* bar, uint32_t parity
 
 // ---- producer: walks the tiles; thread 0 issues the TMA, all 128 the cp.async copies ---------
 template <class Cfg>
-__device__ void produce(const GroupedGemmParams& p, typename Cfg::SharedStorage& ss, int tid) {
+__device__ __forceinline__ void produce(const GroupedGemmParams& p, typename Cfg::SharedStorage& ss, int tid) {
   namespace cptx = cuda::ptx;
   TileScheduler<Cfg> sched(p, ss, blockIdx.x, gridDim.x, &ss.fetched);
   RingPos<Cfg::kStages> stage;
@@ -224,8 +224,12 @@ __device__ void produce(const GroupedGemmParams& p, typename Cfg::SharedStorage&
 }
 
 // ---- consumers: two warpgroups, 64 weight rows each ------------------------------------------
+// Forced inline (as produce): the kernel's only caller. Left to the inliner, a larger epilogue
+// (docs/wip/tokens_m_epilogue_no_bias.diff) turned the two-wave tokens-as-M down configs'
+// consume into a called function (a `call` in the PTX): 1.7% more instructions and the down GEMM
+// 1.12-1.17x slower on H200 (docs/performance.md, session 37).
 template <class Cfg>
-__device__ void consume(const GroupedGemmParams& p, typename Cfg::SharedStorage& ss, int wgc,
+__device__ __forceinline__ void consume(const GroupedGemmParams& p, typename Cfg::SharedStorage& ss, int wgc,
                         int tid) {
   namespace cptx = cuda::ptx;
   RingPos<Cfg::kStages> stage;

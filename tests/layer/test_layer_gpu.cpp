@@ -227,7 +227,7 @@ TEST(LayerGpu, TokensOnMDownGemmBiasesAndAPartialWave) {
   // first wave all 128), through fp32 atomics, bf16 route rows and deterministic rows; T = 150
   // on 8 experts: a full token tile and a tail of <= 64 routes (half height) per expert. (No
   // other layer test ran these configs with biases; a variant compiled apart per case is in
-  // docs/tried/tokens_m_epilogue_no_bias.diff.)
+  // docs/wip/tokens_m_epilogue_no_bias.diff.)
   FMOE_SKIP_WITHOUT_GPU();
   int forced = 0;
   for (int i = 0; i < int(detail::GemmConfigId::count); ++i) {
