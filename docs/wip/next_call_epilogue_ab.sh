@@ -5,7 +5,8 @@
 #     strip -o .device_carry/s38/fusedmoe_var build/fusedmoe && git checkout src/gemm/sm90_gemm_epilogue.cuh
 #   (check: nvcc -ptx of src/gemm/sm90_grouped_gemm_fp8.cu has no `call`; docs/performance.md "Session 37")
 # Carry: .device_carry/s38. About 3-4 minutes. If the variant wins, ship it, then run
-# scripts/gpu_check.sh (all four tools, two calls) on the tree that has it.
+# scripts/gpu_check.sh on the tree that has it: all four tools in two calls, the second on the
+# still-warm machine as `scripts/gpu_check.sh --no-build --no-tests --tools "synccheck initcheck"`.
 set -u
 export FMOE_NO_SETUP=1
 R=$OUT/r; mkdir -p $R; S=.device_carry/s38
