@@ -223,8 +223,9 @@ TEST(LayerGpu, EveryCompiledLayerConfigRuns) {
 TEST(LayerGpu, TokensOnMDownGemmBiasesAndAPartialWave) {
   // The tokens-as-M down GEMM's epilogue (tokens_m_rows, sm90_gemm_epilogue.cuh) on tiles with
   // and without the expert's bias and on waves whose outputs are all < H or not: each such
-  // config forced, H = 400 (the last weight tile's second wave holds 16 outputs in range, its
-  // first wave all 128), through fp32 atomics, bf16 route rows and deterministic rows; T = 150
+  // config forced, H = 400 (the last 128-row wave holds 16 outputs in range; in the two-wave
+  // configs the first wave of that tile holds all 128), biases drawn at random (ref/layer.cpp),
+  // through fp32 atomics, bf16 route rows and deterministic rows; T = 150
   // on 8 experts: a full token tile and a tail of <= 64 routes (half height) per expert. (No
   // other layer test ran these configs with biases; a variant compiled apart per case is in
   // docs/wip/tokens_m_epilogue_no_bias.diff.)
