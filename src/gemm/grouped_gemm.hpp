@@ -18,7 +18,8 @@
 //             mode out[route(c), n] = ... (one row per route, whole tiles, no split K; e2m1
 //             configs may store those rows as bf16 / f16: out_type)
 //   swiglu    weight rows come in 8-row gate/up pairs (the layer's prepared layout, see
-//             src/layer): h[row(c), 64*wb + i] = act(gate_i + bg, up_i + bu), stored as e4m3
+//             src/layer; swiglu_intermediate says which pair is intermediate i):
+//             h[row(c), 64*wb + i] = act(gate_i + bg, up_i + bu), stored as e4m3
 //             with one fp32 scale per h_block (64, or 128 for two-wave tokens-as-M configs)
 //             columns (h_scale) or as bf16; whole tiles only
 #pragma once
@@ -95,6 +96,8 @@ struct GroupedGemmParams {
   int64_t h_scale_ld;
   int h_block = 64;             // swiglu fp8: columns per scale of h: 64, or 128 where the config
                                 // holds 128 intermediate values of a token (Epilogue::kStoresPairs)
+  int thread_order = 0;         // swiglu: the prepared gate/up pairs in thread order
+                                // (swiglu_intermediate); tokens-as-M configs need it
   int act_clamped;              // swiglu: gpt-oss's clamped variant
   float act_alpha, act_limit;
   // swiglu split K (decode): each tile's K in `split` parts (1, 2 or 4) run as separate
@@ -121,6 +124,18 @@ struct GroupedGemmParams {
 /// are outputs 2r and rows r >= 8 outputs 2(r-8)+1 (so one thread holds two adjacent outputs).
 constexpr int paired_output(int r) {
   return r / 16 * 16 + (r % 16 < 8 ? 2 * (r % 16) : 2 * (r % 16 - 8) + 1);
+}
+
+/// The intermediate index (of a swiglu weight tile's 64) whose gate and up rows are prepared rows
+/// 16 g + j and 16 g + 8 + j (g, j in [0, 8)). Blocked order: 8 g + j. Thread order:
+/// 16 (j / 2) + 2 g + j % 2, so that the thread of a tokens-as-M wave that holds pairs j = 2 q,
+/// 2 q + 1 of every group (q = lane % 4) holds intermediates 16 q .. 16 q + 15 of its tokens, side
+/// by side: it stores each token's 16 fp8 codes as one 16-byte store, with no staging tile in
+/// shared memory and no barrier. Either order is the same 64 intermediates per tile, so the
+/// per-tile scales do not change; the per-8-row-group fp8 scales do, which is why the layer takes
+/// thread order only where all of a tile's gate groups share one scale (and its up groups another).
+constexpr int swiglu_intermediate(int g, int j, bool thread_order) {
+  return thread_order ? 16 * (j / 2) + 2 * g + j % 2 : 8 * g + j;
 }
 
 /// Split K of the swiglu GEMM: at most this many parts, and only when the tiles fit the buffers.

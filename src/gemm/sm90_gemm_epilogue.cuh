@@ -269,13 +269,15 @@ struct Epilogue<Cfg, GemmEpilogue::combine> {
   }
 };
 
-// swiglu: the tile's weight rows are 8-row gate/up pairs (row 16g + r is gate, 16g + 8 + r up, of
-// intermediate index 8g + r of the tile's 64), so each thread holds matching gate and up values:
+// swiglu: the tile's weight rows are 8-row gate/up pairs (row 16g + j is gate, 16g + 8 + j up, of
+// intermediate index swiglu_intermediate(g, j, p.thread_order) of the tile's 64, grouped_gemm.hpp),
+// so each thread holds matching gate and up values:
 //   v = silu(gate + bg) * (up + bu), or gpt-oss's clamped (up + 1) * gate * sigmoid(alpha * gate)
 // with gate <= limit and |up| <= limit. Then, per column (route) and the tile's 64 intermediate
 // values: fp8: amax over the 64 (warp shuffles, then 8 warps through shared memory), scale =
 // amax / 448, codes e4m3(v * 448 / amax) (the host quantizer's operations, block 64); bf16: RNE.
-// The codes go through a staging tile in shared memory so each row leaves as 16-byte stores.
+// Weights as M: the codes go through a staging tile in shared memory so each row leaves as 16-byte
+// stores. Tokens as M (thread order): each thread stores its tokens' 16 codes directly.
 // Named barrier 2 spans the two consumer warpgroups.
 template <class Cfg>
 struct Epilogue<Cfg, GemmEpilogue::swiglu> {
@@ -373,22 +375,18 @@ struct Epilogue<Cfg, GemmEpilogue::swiglu> {
     }
   }
 
-  // tokens_m (fp8 only): this thread holds tokens c0 = 64 wgc + 16 warp + lane/4 and c0 + 8, and
-  // of the wave's 128 rows (16 g + j: gate of intermediate 8g + j for j < 8, up for j >= 8) rows
-  // 8b + 2(lane%4) + h: gate (b = 2g) and up (b = 2g + 1) of intermediate 8g + 2(lane%4) + h,
-  // 16 per token. A token's 64 values are spread over the 4 lanes of a quad: its amax takes two
-  // shuffles. The codes go through the staging tile as 2-byte pairs, rows leave as 16-byte stores.
+  // tokens_m (fp8 only, thread order): this thread holds tokens c0 = 64 wgc + 16 warp + lane/4 and
+  // c0 + 8, and of the wave's 128 rows (16 g + j: gate of pair j of group g for j < 8, up for
+  // j >= 8) rows 8b + 2q + h (q = lane % 4): gate (b = 2g) and up (b = 2g + 1) of pair 2q + h of
+  // group g, which in thread order is intermediate 16q + 2g + h: the thread's 16 values of a token
+  // are intermediates 16q .. 16q + 15. A token's 64 values are spread over the 4 lanes of a quad:
+  // its amax takes two shuffles. Each token's codes leave as one 16-byte store.
   __device__ static void store_tokens_m(const GroupedGemmParams& p, const Segment& s,
-                                        typename Cfg::SharedStorage& ss,
                                         const float (&acc)[Cfg::kAccRegs], int wgc, int tid) {
     static_assert(Cfg::kFp8 && Cfg::BLOCK_T == 128, "tokens_m: fp8 intermediate, 128 tokens");
-    auto& sg = ss.staging;
     const int warp = tid / 32, lane = tid % 32, q = lane % 4;
-    const int ctid = wgc * 128 + tid;
     const int c0 = 64 * wgc + 16 * warp + lane / 4;
-    // Every consumer's reads of the staging tile (the previous wave's or tile's rows) are done.
-    sync_consumers();
-    float v[2][16];  // [token r][2g + h]
+    float v[2][16];  // [token r][intermediate 16q + i of the wave]
     tokens_m_values(p, s.e, s.wb, acc, q, v);
     float inv[2];
 #pragma unroll
@@ -400,11 +398,12 @@ struct Epilogue<Cfg, GemmEpilogue::swiglu> {
       const int c = c0 + 8 * r;
       if (q == 0 && c < s.nrows) p.h_scale[int64_t(s.row0 + c) * p.h_scale_ld + s.wb] = scale;
     }
-    tokens_m_codes_out(p, s, sg, v, inv, s.wb, c0, q, ctid);
+    tokens_m_codes_out(p, s, v, inv, s.wb, c0, q);
   }
 
   // tokens_m: this thread's activations v[r][2g + h] of the wave (128 weight rows from prepared
-  // row 128 wave of expert e): intermediate 8g + 2q + h of tokens c0 + 8r, with the biases.
+  // row 128 wave of expert e): intermediate 16q + 2g + h (thread order) of tokens c0 + 8r, with
+  // the biases (in prepared-row order).
   __device__ static void tokens_m_values(const GroupedGemmParams& p, int e, int wave,
                                          const float (&acc)[Cfg::kAccRegs], int q, float (&v)[2][16]) {
     const float* bias = p.bias ? p.bias + int64_t(e) * p.n_rows + wave * Cfg::WAVE_W : nullptr;
@@ -445,49 +444,39 @@ struct Epilogue<Cfg, GemmEpilogue::swiglu> {
     return ptx::abs_max_nan(a, __shfl_xor_sync(0xffffffffu, a, 2));
   }
 
-  // The codes v * inv of this thread's two tokens into staging rows c0, c0 + 8 (2-byte pairs).
-  __device__ static void tokens_m_codes(typename Cfg::Staging& sg, const float (&v)[2][16],
-                                        const float (&inv)[2], int c0, int q) {
+  // The codes v * inv of this thread's two tokens c0 + 8r (those of the segment's rows): each
+  // token's 16 (intermediates 16q .. 16q + 15 of the wave) as one 16-byte store to
+  // h[row0 + c, 64 wave + 16q ...]. A quad writes 64 adjacent bytes of a row: whole sectors.
+  __device__ static void tokens_m_codes_out(const GroupedGemmParams& p, const Segment& s,
+                                            const float (&v)[2][16], const float (&inv)[2],
+                                            int wave, int c0, int q) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int c = c0 + 8 * r;
+      uint32_t w[4];
 #pragma unroll
-      for (int g = 0; g < 8; ++g) {
-        const uint16_t lo = __nv_cvt_float_to_fp8(v[r][2 * g] * inv[r], __NV_SATFINITE, __NV_E4M3);
-        const uint16_t hi = __nv_cvt_float_to_fp8(v[r][2 * g + 1] * inv[r], __NV_SATFINITE, __NV_E4M3);
-        *reinterpret_cast<uint16_t*>(&sg.tile[c][8 * g + 2 * q]) = uint16_t(lo | (hi << 8));
+      for (int i = 0; i < 4; ++i) {  // element 4i + j in byte j of word i (little endian)
+        const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(v[r][4 * i] * inv[r], v[r][4 * i + 1] * inv[r]),
+                                                     __NV_SATFINITE, __NV_E4M3);
+        const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(v[r][4 * i + 2] * inv[r], v[r][4 * i + 3] * inv[r]),
+                                                     __NV_SATFINITE, __NV_E4M3);
+        w[i] = lo | (hi << 16);
       }
-    }
-  }
-
-  // The codes v * inv of one wave through the staging tile, then its rows out as 16-byte stores
-  // to h[row0 + c, 64 wave ...]. The caller has synced the staging tile's readers.
-  __device__ static void tokens_m_codes_out(const GroupedGemmParams& p, const Segment& s,
-                                            typename Cfg::Staging& sg, const float (&v)[2][16],
-                                            const float (&inv)[2], int wave, int c0, int q, int ctid) {
-    tokens_m_codes(sg, v, inv, c0, q);
-    sync_consumers();
-    constexpr int kChunks = 64 / 16;
-    for (int i = ctid; i < s.nrows * kChunks; i += 256) {
-      const int c = i / kChunks, chunk = i % kChunks;
-      const uint4 val = *reinterpret_cast<const uint4*>(&sg.tile[c][16 * chunk]);
-      uint8_t* dst = p.h + int64_t(s.row0 + c) * p.ldh + int64_t(wave) * 64 + 16 * chunk;
-      *reinterpret_cast<uint4*>(dst) = val;
+      if (c < s.nrows)
+        *reinterpret_cast<uint4*>(p.h + int64_t(s.row0 + c) * p.ldh + int64_t(wave) * 64 + 16 * q) =
+            make_uint4(w[0], w[1], w[2], w[3]);
     }
   }
 
   // h_block = 128 (kStoresPairs): the tile's two waves are intermediate [128 wb, 128 wb + 128) of
   // each token, quantized with one scale (the amax of both waves' 64 values; the host
-  // quantizer's operations, block 128), h_scale[row, wb]. The waves' codes leave in turn through
-  // the one staging tile.
+  // quantizer's operations, block 128), h_scale[row, wb]. Then each wave's codes as
+  // store_tokens_m's.
   __device__ static void store_tokens_m_s128(const GroupedGemmParams& p, const Segment& s,
-                                             typename Cfg::SharedStorage& ss,
                                              const float (&acc)[Cfg::kWaves][Cfg::kAccRegs],
                                              int wgc, int tid) {
     static_assert(kStoresPairs, "two-wave fp8 tokens-as-M tiles");
-    auto& sg = ss.staging;
     const int warp = tid / 32, lane = tid % 32, q = lane % 4;
-    const int ctid = wgc * 128 + tid;
     const int c0 = 64 * wgc + 16 * warp + lane / 4;
     float v[2][2][16];  // [wave][token r][2g + h]
 #pragma unroll
@@ -502,35 +491,29 @@ struct Epilogue<Cfg, GemmEpilogue::swiglu> {
       if (q == 0 && c < s.nrows) p.h_scale[int64_t(s.row0 + c) * p.h_scale_ld + s.wb] = scale;
     }
 #pragma unroll
-    for (int w = 0; w < 2; ++w) {
-      // Every consumer's reads of the staging tile (the previous wave's or tile's rows) are done.
-      sync_consumers();
-      tokens_m_codes_out(p, s, sg, v[w], inv, 2 * s.wb + w, c0, q, ctid);
-    }
+    for (int w = 0; w < 2; ++w) tokens_m_codes_out(p, s, v[w], inv, 2 * s.wb + w, c0, q);
   }
 
   // A half-height tile (HalfTile, sm90_gemm_scheduler.cuh): consumer c holds wave c (64
   // intermediate values, 2 wb + c) of the tile's first 64 tokens. Per 64 each consumer quantizes
   // its own wave; per 128 a token's scale needs both waves' amax, exchanged through shared memory.
-  // The same operations in the same order as the full tile's stores, so the same bits. The codes
-  // of wave c go to staging rows 64 c + token, and both waves' rows leave together.
+  // The same operations in the same order as the full tile's stores, so the same bits. Each
+  // consumer stores its wave's codes as store_tokens_m does.
   __device__ static void store_half(const GroupedGemmParams& p, const Segment& s,
                                     const typename Cfg::TileMeta&, typename Cfg::SharedStorage& ss,
                                     const float (&acc)[Cfg::kAccRegs], int wgc, int tid) {
     static_assert(kStoresPairs, "two-wave fp8 tokens-as-M tiles");
     auto& sg = ss.staging;
     const int warp = tid / 32, lane = tid % 32, q = lane % 4;
-    const int ctid = wgc * 128 + tid;
     const int c0 = 16 * warp + lane / 4;  // tokens c0, c0 + 8 of the tile's 64
     const int wave = 2 * s.wb + wgc;
     float v[2][16];
     tokens_m_values(p, s.e, wave, acc, q, v);
     float a[2] = {tokens_m_amax(v[0]), tokens_m_amax(v[1])};
-    // Every consumer's reads of the staging tile and of the amax exchange (the previous tile's)
-    // are done.
-    sync_consumers();
     const bool s128 = p.h_block == 128;
     if (s128) {
+      // Every consumer's reads of the amax exchange (the previous half tile's) are done.
+      sync_consumers();
       if (q == 0) {
         sg.amax[wgc][c0] = a[0];
         sg.amax[wgc][c0 + 8] = a[1];
@@ -549,23 +532,14 @@ struct Epilogue<Cfg, GemmEpilogue::swiglu> {
       if (q == 0 && c < s.nrows && (!s128 || wgc == 0))
         p.h_scale[int64_t(s.row0 + c) * p.h_scale_ld + (s128 ? s.wb : wave)] = scale;
     }
-    tokens_m_codes(sg, v, inv, 64 * wgc + c0, q);
-    sync_consumers();
-    // 64 tokens x 4 chunks of 16 bytes per wave: one chunk of each wave per consumer thread.
-    const int c = ctid / 4, chunk = ctid % 4;
-    if (c < s.nrows) {
-      uint8_t* dst = p.h + int64_t(s.row0 + c) * p.ldh + int64_t(2 * s.wb) * 64 + 16 * chunk;
-#pragma unroll
-      for (int w = 0; w < 2; ++w)
-        *reinterpret_cast<uint4*>(dst + 64 * w) = *reinterpret_cast<const uint4*>(&sg.tile[64 * w + c][16 * chunk]);
-    }
+    tokens_m_codes_out(p, s, v, inv, wave, c0, q);
   }
 
   __device__ static void store(const GroupedGemmParams& p, const Segment& s,
                                const typename Cfg::TileMeta& m, typename Cfg::SharedStorage& ss,
                                const float (&acc_in)[Cfg::kAccRegs], int wgc, int tid) {
     if constexpr (Cfg::kTokensM) {
-      store_tokens_m(p, s, ss, acc_in, wgc, tid);
+      store_tokens_m(p, s, acc_in, wgc, tid);
       return;
     }
     auto& sg = ss.staging;
@@ -582,7 +556,7 @@ struct Epilogue<Cfg, GemmEpilogue::swiglu> {
     const int warp = tid / 32, lane = tid % 32;
     const int ctid = wgc * 128 + tid;                   // 0..255 over both consumer warpgroups
     const int group = 4 * wgc + warp;                   // 8-row gate/up group of the tile
-    const int i_loc = 8 * group + lane / 4;             // intermediate index within the tile's 64
+    const int i_loc = swiglu_intermediate(group, lane / 4, p.thread_order);  // of the tile's 64
     float bg = 0.0f, bu = 0.0f;
     if (p.bias) {
       const float* b = p.bias + int64_t(s.e) * p.n_rows + s.wb * Cfg::WAVE_W + 16 * group + lane / 4;

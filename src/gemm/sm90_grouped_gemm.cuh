@@ -399,7 +399,7 @@ __device__ __forceinline__ void consume(const GroupedGemmParams& p, typename Cfg
     if constexpr (Epilogue<Cfg>::kStoresPairs) {
       // The intermediate with one scale per 128 columns: both waves' 64 values of a token at once.
       if (!stored && p.h_block == 128) {
-        Epilogue<Cfg>::store_tokens_m_s128(p, m.seg, ss, acc, wgc, tid);
+        Epilogue<Cfg>::store_tokens_m_s128(p, m.seg, acc, wgc, tid);
         stored = true;
       }
     }
@@ -497,6 +497,9 @@ void launch_grouped_gemm_cfg(const GroupedGemmParams& p, int num_sms, cudaStream
                "grouped_gemm: an fp8 intermediate with one scale per %d columns; this config writes "
                "one per 64%s", p.h_block,
                Epilogue<Cfg>::kStoresPairs ? " or 128" : " (per 128: a two-wave tokens-as-M gate/up config)");
+  FMOE_REQUIRE(Cfg::kEpi != GemmEpilogue::swiglu || !Cfg::kTokensM || p.thread_order,
+               "grouped_gemm: a tokens-as-M swiglu config needs its gate/up pairs prepared in "
+               "thread order (thread_order = 1, grouped_gemm.hpp), got thread_order = %d", p.thread_order);
   FMOE_REQUIRE(p.split <= 1 || (Cfg::kWaves == 1 && !Cfg::kTokensM), "grouped_gemm: split K "
                "(%d parts) needs a one-wave config with weights as wgmma's M side", p.split);
   FMOE_REQUIRE(p.out_type == GemmOut::f32 ||

@@ -99,14 +99,16 @@ void require_absent(const char* name, const TensorRef& t, const char* why) {
   FMOE_REQUIRE(t.data == nullptr, "%s: %s was given but %s", kOp, name, why);
 }
 
-// Source row of prepared GEMM 1 row `pr` (0 .. NT1*128) of an expert: per 16 rows, 8 gate rows of
-// intermediate indices 8g .. 8g+7 of the tile, then their 8 up rows. Returns the row of the
-// checkpoint's [2I, H] matrix, or -1 for padding (intermediate index >= n_inter). `i_base`
-// shifts the intermediate index (a shared chunk's first index).
-int64_t gate_up_source_row(int pr, int64_t i_base, int64_t n_inter, bool interleaved) {
+// Source row of prepared GEMM 1 row `pr` (0 .. NT1*128) of an expert: per 16 rows (group g), 8 gate
+// rows of the tile's intermediate indices swiglu_intermediate(g, 0..7, thread_order), then their 8
+// up rows (grouped_gemm.hpp: blocked order 8g .. 8g+7; thread order, for the fp8 gate/up GEMM
+// with tokens as wgmma's M side, lets each thread store a token's 16 codes at once). Returns the
+// row of the checkpoint's [2I, H] matrix, or -1 for padding (intermediate index >= n_inter).
+// `i_base` shifts the intermediate index (a shared chunk's first index).
+int64_t gate_up_source_row(int pr, int64_t i_base, int64_t n_inter, bool interleaved, bool thread_order) {
   const int tile = pr / 128, g = (pr % 128) / 16, r = pr % 16;
   const bool up = r >= 8;
-  const int64_t i = i_base + int64_t(tile) * 64 + 8 * g + (r % 8);
+  const int64_t i = i_base + int64_t(tile) * 64 + detail::swiglu_intermediate(g, r % 8, thread_order);
   if (i >= n_inter || i < i_base) return -1;
   if (interleaved) return 2 * i + (up ? 1 : 0);
   return up ? n_inter + i : i;
@@ -215,7 +217,7 @@ void prepare_e2m1_weights(MoeLayer::Impl& L, const MoeLayerWeights& w, bool inte
     for (int pr = 0; pr < rows1; ++pr) {
       const bool shared = e >= E;
       const int64_t n_inter = shared ? S : I, i_base = shared ? int64_t(e - E) * L.I_pad : 0;
-      const int64_t src = gate_up_source_row(pr, i_base, n_inter, interleaved);
+      const int64_t src = gate_up_source_row(pr, i_base, n_inter, interleaved, false);
       if (src < 0) continue;
       const int64_t row = shared ? src : int64_t(e) * 2 * I + src;
       refs1[size_t(e) * rows1 + pr] = {row, 0, H, shared ? 1 : 0, 0};
@@ -401,30 +403,6 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeLayerWeights& w, Stream stream
       launch_gather_rows(gp, stream);
       FMOE_CUDA(cudaStreamSynchronize(stream));  // before the index buffers are freed
     };
-    {
-      std::vector<int64_t> offs(size_t(E) * rows1);
-      std::vector<int32_t> bytes(offs.size());
-      for (int e = 0; e < E; ++e)
-        for (int pr = 0; pr < rows1; ++pr) {
-          const int64_t src = gate_up_source_row(pr, 0, I, interleaved);
-          offs[size_t(e) * rows1 + pr] = src < 0 ? 0 : (int64_t(e) * 2 * I + src) * row1_bytes;
-          bytes[size_t(e) * rows1 + pr] = src < 0 ? 0 : int32_t(row1_bytes);
-        }
-      gather(L.w13, 0, row1_bytes, w.w13.data, offs, bytes);
-    }
-    if (L.C > 0) {
-      std::vector<int64_t> offs(size_t(L.C) * rows1);
-      std::vector<int32_t> bytes(offs.size());
-      for (int c = 0; c < L.C; ++c)
-        for (int pr = 0; pr < rows1; ++pr) {
-          // Chunk c holds the shared MLP's intermediate indices [c*I_pad, (c+1)*I_pad).
-          const int64_t i0 = int64_t(c) * L.I_pad;
-          const int64_t src = gate_up_source_row(pr, i0, S, interleaved);
-          offs[size_t(c) * rows1 + pr] = src < 0 ? 0 : src * row1_bytes;
-          bytes[size_t(c) * rows1 + pr] = src < 0 ? 0 : int32_t(row1_bytes);
-        }
-      gather(L.w13, int64_t(E) * rows1, row1_bytes, w.shared_w13.data, offs, bytes);
-    }
     // ---- GEMM 2 weights: [E_total, H, I_pad], zero columns past I (or past S for the last chunk),
     // rows paired: in each 16, rows r < 8 are outputs 2r and rows r >= 8 outputs 2(r-8)+1, so the
     // combine adds two adjacent outputs per reduction (paired_rows; scales stay per 128 rows) ----
@@ -467,7 +445,8 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeLayerWeights& w, Stream stream
           for (int g2 = 0; g2 < 16; ++g2) {
             // Group g2 = 2 g + half: rows 16 g + 8 half .. + 7 of tile t.
             const int pr = t * 128 + 16 * (g2 / 2) + 8 * (g2 % 2);
-            const int64_t src = gate_up_source_row(pr, i_base, n_inter, interleaved);
+            // (the blocked order's groups: see w13_thread_order below)
+            const int64_t src = gate_up_source_row(pr, i_base, n_inter, interleaved, false);
             for (int64_t kb = 0; kb < KBh; ++kb) {
               float v = 0.0f;
               if (src >= 0) {
@@ -508,6 +487,35 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeLayerWeights& w, Stream stream
               p2[size_t(((int64_t(E) + c) * L.NB2 + nb) * KB2 + kb)] = sh2[size_t(nb * KB2s + src_kb)];
           }
       L.w2_scale = DeviceBuffer::from(p2, stream);
+      // Thread order (grouped_gemm.hpp: swiglu_intermediate) where a tile's gate groups share one
+      // scale and its up groups another, as the per-8-row-group scales above are the blocked
+      // order's: then any order within a tile reads the same scales.
+      L.w13_thread_order = L.w13_two_scales;
+    }
+    // ---- GEMM 1 weights, in the order just chosen ----
+    {
+      std::vector<int64_t> offs(size_t(E) * rows1);
+      std::vector<int32_t> bytes(offs.size());
+      for (int e = 0; e < E; ++e)
+        for (int pr = 0; pr < rows1; ++pr) {
+          const int64_t src = gate_up_source_row(pr, 0, I, interleaved, L.w13_thread_order);
+          offs[size_t(e) * rows1 + pr] = src < 0 ? 0 : (int64_t(e) * 2 * I + src) * row1_bytes;
+          bytes[size_t(e) * rows1 + pr] = src < 0 ? 0 : int32_t(row1_bytes);
+        }
+      gather(L.w13, 0, row1_bytes, w.w13.data, offs, bytes);
+    }
+    if (L.C > 0) {
+      std::vector<int64_t> offs(size_t(L.C) * rows1);
+      std::vector<int32_t> bytes(offs.size());
+      for (int c = 0; c < L.C; ++c)
+        for (int pr = 0; pr < rows1; ++pr) {
+          // Chunk c holds the shared MLP's intermediate indices [c*I_pad, (c+1)*I_pad).
+          const int64_t i0 = int64_t(c) * L.I_pad;
+          const int64_t src = gate_up_source_row(pr, i0, S, interleaved, L.w13_thread_order);
+          offs[size_t(c) * rows1 + pr] = src < 0 ? 0 : src * row1_bytes;
+          bytes[size_t(c) * rows1 + pr] = src < 0 ? 0 : int32_t(row1_bytes);
+        }
+      gather(L.w13, int64_t(E) * rows1, row1_bytes, w.shared_w13.data, offs, bytes);
     }
     const CUtensorMapDataType tma_t = L.fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
     L.w13_desc = make_tma_2d("MoeLayer: w13", L.w13.get(), tma_t, eb, uint64_t(L.E_total) * rows1,
@@ -524,7 +532,7 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeLayerWeights& w, Stream stream
     std::vector<float> p13(size_t(L.E_total) * rows1, 0.0f), p2(size_t(L.E_total) * H, 0.0f);
     for (int e = 0; e < E; ++e)
       for (int pr = 0; pr < rows1; ++pr) {
-        const int64_t src = gate_up_source_row(pr, 0, I, interleaved);
+        const int64_t src = gate_up_source_row(pr, 0, I, interleaved, L.w13_thread_order);
         if (src >= 0) p13[size_t(e) * rows1 + pr] = b13[size_t(int64_t(e) * 2 * I + src)];
       }
     std::copy(b2.begin(), b2.end(), p2.begin());
@@ -909,6 +917,7 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   g1.h_scale = ws.h_scale;
   g1.h_scale_ld = L.I_pad / plan.h_block;
   g1.h_block = plan.h_block;
+  g1.thread_order = L.w13_thread_order;
   g1.act_clamped = cfg.activation.fn == ActivationFn::swiglu_clamped;
   g1.act_alpha = cfg.activation.alpha;
   g1.act_limit = cfg.activation.limit;

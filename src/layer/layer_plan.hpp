@@ -45,6 +45,8 @@ struct MoeLayer::Impl {
   DeviceBuffer w13_scale;    // fp8: [E_total, NT1, ceil(H/128), 16] one scale per 8-row group
   bool w13_two_scales = false;  // fp8: per tile and k-block, the 8 gate groups share one scale and
                                 // the 8 up groups another (GEMM 1 may put tokens on wgmma's M side)
+  bool w13_thread_order = false;  // w13's gate/up pairs in thread order (grouped_gemm.hpp:
+                                  // swiglu_intermediate; fp8 with w13_two_scales), else blocked
   DeviceBuffer w2;           // [E_total, H, I_pad], rows paired (GroupedGemmParams::paired_rows)
   DeviceBuffer w2_scale;     // fp8: [E_total, NB2, ceil(I_pad/128)]
   // e2m1: w13 / w2 hold e2m1 blocks (src/gemm/e2m1_layout.hpp) [E_total, NT1 | NB2, KB] in the

@@ -422,6 +422,10 @@ TEST(LayerGpu, TokensOnMNeedTwoWeightScalesPerWave) {
     const LayerData d = make_layer_data(c, 4242 + I);
     const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
     EXPECT_EQ(g.layer->impl().w13_two_scales, I == 256) << "I=" << I;
+    // The gate/up pairs in thread order exactly where the scales allow it (grouped_gemm.hpp:
+    // swiglu_intermediate): I = 96 keeps the blocked order. The weights-as-M configs read either
+    // (EveryCompiledLayerConfigRuns runs them all on thread-ordered presets).
+    EXPECT_EQ(g.layer->impl().w13_thread_order, I == 256) << "I=" << I;
     const LayerRun run = run_layer(*g.layer, c, d);
     const detail::GemmConfigInfo up = detail::gemm_config_info(run.plan.up_config);
     EXPECT_EQ(up.block_t, 128) << up.name;
