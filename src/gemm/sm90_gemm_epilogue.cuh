@@ -478,7 +478,7 @@ struct Epilogue<Cfg, GemmEpilogue::swiglu> {
     static_assert(kStoresPairs, "two-wave fp8 tokens-as-M tiles");
     const int warp = tid / 32, lane = tid % 32, q = lane % 4;
     const int c0 = 64 * wgc + 16 * warp + lane / 4;
-    float v[2][2][16];  // [wave][token r][2g + h]
+    float v[2][2][16];  // [wave][token r][intermediate 16q + i of the wave]
 #pragma unroll
     for (int w = 0; w < 2; ++w) tokens_m_values(p, s.e, 2 * s.wb + w, acc[w], q, v[w]);
     float inv[2];

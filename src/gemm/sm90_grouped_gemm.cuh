@@ -106,7 +106,7 @@ struct GemmConfig {
                                           // route in deterministic mode), -1: absent
     alignas(8) float col_weight[BLOCK_T];  // combine: routing weight of each column
   };
-  struct Staging {  // swiglu: one tile of the intermediate on its way out
+  struct Staging {  // swiglu: a weights-as-M tile of the intermediate on its way out; amax exchanges
     alignas(16) uint8_t tile[BLOCK_T][64 * kElemBytes];
     float amax[8][BLOCK_T];
     float scale[BLOCK_T], inv[BLOCK_T];
