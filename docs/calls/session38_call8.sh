@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 38 call 8 (the session's last ~260 s of device time): the staged bf16 route rows of the
-# fast-mode down GEMM (docs/wip/staged_route_rows.diff on 10a21ff-era main; .device_carry/s38/staged,
+# fast-mode down GEMM (docs/tried/staged_route_rows.diff on main 42bfdfa, whose kernels are 10a21ff's; .device_carry/s38/staged,
 # built here) against 10a21ff (.device_carry/s38/thread). In order of value, each bounded: the
 # layer bench at T=8192 (fast, where the rows are bf16), in turn, twice; test_layer_gpu's cases
 # that run the staged path; racecheck + memcheck of SanitizerSmall. Carry .device_carry/s38/thread
