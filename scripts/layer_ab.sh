@@ -7,6 +7,10 @@
 # and .txt, and OUTDIR/compare.txt.
 #   scripts/layer_ab.sh BASE_BIN NEW_BIN OUTDIR [bench args, default: the three prefill presets at
 #   T = 2048,4096,8192 with stages]
+# ROUNDS=2 runs the two binaries in the order new, base, base, new (each drifts the same way, so
+# the second round shows the spread between processes; session 38's calls 4-8 wrote this loop by
+# hand): results base.r2 / new.r2 beside the first round's. BENCH_TIMEOUT bounds each run (seconds,
+# default none: a device call has its own limit).
 set -u
 BASE=$1 NEW=$2 DIR=$3; shift 3
 ARGS=("$@")
@@ -14,12 +18,17 @@ ARGS=("$@")
 mkdir -p "$DIR"
 run() {  # name, binary, env assignment or ""
   local s=$SECONDS
-  env $3 "$2" bench --op layer "${ARGS[@]}" --json "$DIR/$1.json" >"$DIR/$1.txt" 2>&1
+  timeout "${BENCH_TIMEOUT:-0}" env $3 "$2" bench --op layer "${ARGS[@]}" --json "$DIR/$1.json" >"$DIR/$1.txt" 2>&1
   echo "[layer_ab] $1: rc=$? in $((SECONDS - s)) s"
 }
 run new "$NEW" ""
 run base "$BASE" ""
 cols=("base=$DIR/base.json" "new=$DIR/new.json")
+if [ "${ROUNDS:-1}" = 2 ]; then
+  run base.r2 "$BASE" ""
+  run new.r2 "$NEW" ""
+  cols+=("base.r2=$DIR/base.r2.json" "new.r2=$DIR/new.r2.json")
+fi
 if [ -n "${AB_ENV:-}" ]; then
   run env "$NEW" "$AB_ENV"
   cols+=("env=$DIR/env.json")
