@@ -22,6 +22,10 @@ struct FinalizeParams {
   const int32_t* route_slot;  // deterministic: [T * k], -1 for a dropped route; nullptr: the
                               // GEMM fused the schedule, a route is dropped iff its id is bad
   const int32_t* topk_ids;    // deterministic with route_slot == nullptr: [T * k]
+  // rows16 in slot order (the down GEMM's GroupedGemmParams::sorted_rows): route r's row is
+  // route_row[r] for a kept route (route_slot[r] >= 0; route_row of a dropped one is stale).
+  // nullptr: rows by route
+  const int32_t* route_row = nullptr;
   int E;
   __nv_bfloat16* y;           // [T, N]
   int64_t ldy;                // elements

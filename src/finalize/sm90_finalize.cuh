@@ -36,12 +36,17 @@ finalize_kernel(const __grid_constant__ FinalizeParams p) {
     for (int j = 0; j < p.k; ++j) {
       const int64_t route = int64_t(t) * p.k + j;
       // A dropped route (bad expert id, or a repeated one past its expert's T slots) has no row.
+      // With rows in slot order (route_row) both index loads leave together, so a route waits for
+      // one index as with rows by route. (Finding the rows of 8 routes before the loop needed 50
+      // registers instead of 32, and finalize ran 1.4-1.5x slower at T=8192: it lives on the
+      // bytes in flight of a full SM. H200, session 39, call 2.)
+      const int64_t row = p.route_row ? p.route_row[route] : route;
       if (p.route_slot ? p.route_slot[route] < 0 : route_dropped(p.topk_ids, route, p.k, p.E))
         continue;
       // (Loading 4 routes' rows before adding them was measured 7-10% slower on H100 with bf16
       // rows, session 23: deepseek-v3 T=8192 399 -> 426 µs; not kept.)
       if (p.rows16) {  // 8 bf16 outputs: one 16-byte load
-        const uint4 bits = __ldcs(reinterpret_cast<const uint4*>(p.rows16 + route * p.N + c));
+        const uint4 bits = __ldcs(reinterpret_cast<const uint4*>(p.rows16 + row * p.N + c));
         const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&bits);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -51,7 +56,7 @@ finalize_kernel(const __grid_constant__ FinalizeParams p) {
         }
         continue;
       }
-      const float4* src = reinterpret_cast<const float4*>(p.acc + route * p.N + c);
+      const float4* src = reinterpret_cast<const float4*>(p.acc + row * p.N + c);
       const float4 a = __ldcs(src), b = __ldcs(src + 1);
       v[0] += a.x; v[1] += a.y; v[2] += a.z; v[3] += a.w;
       v[4] += b.x; v[5] += b.y; v[6] += b.z; v[7] += b.w;

@@ -26,6 +26,23 @@ GemmConfigId gemm_config_by_name(const std::string& name) {
   return GemmConfigId::count;
 }
 
+bool gemm_config_staged_rows(GemmConfigId id) {
+  const GemmConfigInfo ci = gemm_config_info(id);
+  return gemm_staged_rows(ci.operands, ci.epilogue, ci.waves, ci.rows, ci.stages);
+}
+
+GemmConfigId gemm_config_staged_twin(GemmConfigId id) {
+  const GemmConfigInfo a = gemm_config_info(id);
+  for (int i = 0; i < int(GemmConfigId::count); ++i) {
+    const GemmConfigInfo b = gemm_config_info(GemmConfigId(i));
+    if (gemm_config_staged_rows(GemmConfigId(i)) && b.block_t == a.block_t && b.waves == a.waves &&
+        b.weights == a.weights && b.rows == a.rows && b.epilogue == a.epilogue &&
+        b.operands == a.operands && b.ctas_per_sm == a.ctas_per_sm)
+      return GemmConfigId(i);
+  }
+  return GemmConfigId::count;
+}
+
 const char* gemm_weights_name(GemmWeights w) {
   switch (w) {
     case GemmWeights::fp8_block: return "fp8";

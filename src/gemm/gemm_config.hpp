@@ -36,6 +36,18 @@ struct GemmConfigInfo {
   int ctas_per_sm;
 };
 GemmConfigInfo gemm_config_info(GemmConfigId id);
+/// Whether a config's fast-mode bf16 rows leave through staging and TMA stores in slot order
+/// (GemmConfig::kStagedRows, GroupedGemmParams::sorted_rows): the two-wave tokens-as-M combine
+/// configs with the intermediate's scales per 128 and at most 3 k-stages (the 64 KB staging
+/// takes the room of a fourth).
+constexpr bool gemm_staged_rows(GemmOperands operands, GemmEpilogue epi, int waves, GemmRows rows, int stages) {
+  return operands == GemmOperands::tokens_m && epi == GemmEpilogue::combine && waves == 2 &&
+         rows == GemmRows::tma_s128 && stages <= 3;
+}
+bool gemm_config_staged_rows(GemmConfigId id);
+/// The staged-rows config with the same tile as `id` (`id` itself when it stages its rows), or
+/// GemmConfigId::count when none is compiled.
+GemmConfigId gemm_config_staged_twin(GemmConfigId id);
 /// The config named `name`, or GemmConfigId::count when there is none.
 GemmConfigId gemm_config_by_name(const std::string& name);
 const char* gemm_weights_name(GemmWeights w);

@@ -89,6 +89,14 @@ struct GroupedGemmParams {
   // finalize); f16: e2m1 configs only (the NVFP4 grouped GEMM op, src/grouped).
   GemmOut out_type = GemmOut::f32;
   void* out_lowp = nullptr;
+  // bf16 rows in slot order instead of by route (GemmConfig::kStagedRows configs only): route
+  // (slot) c of a tile goes to row row0 + c of out_lowp, the A rows' order; full tiles by TMA
+  // tensor stores through out_desc ([R, N] bf16, box 128 rows x 64 columns, 128-byte swizzle),
+  // partial tiles by plain stores. route_row [R]: the kernel writes each route's row there
+  // (route_row[route] = row0 + c, once per token tile), where finalize reads it.
+  int sorted_rows = 0;
+  CUtensorMap out_desc;
+  int32_t* route_row = nullptr;
   const float* bias;            // combine: [E, N], added once; swiglu: [E, NB * 128] prepared rows
   uint8_t* h;                   // swiglu: [R, ldh bytes] intermediate rows
   int64_t ldh;

@@ -11,6 +11,7 @@
 #include <cuda_fp8.h>
 
 #include <cuda/atomic>
+#include <cuda/ptx>
 
 #include <type_traits>
 
@@ -141,7 +142,9 @@ struct Epilogue<Cfg, GemmEpilogue::combine> {
     };
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int out_row = m.col_out[c0 + 8 * r];  // lanes q and q^1 share it (same token)
+      // lanes q and q^1 share it (same token); slot order: the tile's row row0 + c (sorted_rows)
+      const int c = c0 + 8 * r;
+      const int out_row = Cfg::kStagedRows && p.sorted_rows ? (c < s.nrows ? s.row0 + c : -1) : m.col_out[c];
       const float w = m.col_weight[c0 + 8 * r];
       const int64_t row = int64_t(out_row) * p.N;
       if constexpr (kRows == Rows::paired) {
@@ -211,6 +214,68 @@ struct Epilogue<Cfg, GemmEpilogue::combine> {
     } else {
       if (p.deterministic) tokens_m_rows<Rows::plain, true>(p, s, m, acc, c0, q);
       else tokens_m_rows<Rows::plain, false>(p, s, m, acc, c0, q);
+    }
+  }
+
+  // Fast mode's bf16 rows of a full tile in slot order (Cfg::kStagedRows, p.sorted_rows): the
+  // outputs go to the staging boxes (the 8 bytes of outputs 16g + 4q + 0..3 of wave w as
+  // tokens_m_rows<paired> forms them: box 2w + g / 4, bytes 32 (g % 4) + 8q of the row, at the
+  // swizzled chunk), then thread 0 stores the 4 boxes (128 rows x 64 outputs each, those past N
+  // clipped by the TMA unit) at rows row0 .. row0 + 127 and does not wait: the stores run during
+  // the next tile's mainloop. Before the boxes are written again, thread 0 waits for its stores'
+  // reads and the consumers meet at a barrier; the writes reach the TMA unit's async proxy through
+  // fence.proxy.async and the barrier. Session 38 measured this epilogue at 15-18% of the down
+  // GEMM's time at T=8192 with plain stores (the epilogue run twice), and one bulk copy per token
+  // and wave 5-7% slower still (docs/tried/staged_route_rows.diff).
+  __device__ static void sync_consumers() { asm volatile("bar.sync 2, 256;\n" ::: "memory"); }
+  __device__ static void store_rows_staged(const GroupedGemmParams& p, const Segment& s,
+                                           const typename Cfg::TileMeta& m,
+                                           typename Cfg::SharedStorage& ss,
+                                           const float (&acc)[Cfg::kWaves][Cfg::kAccRegs], int wgc, int tid) {
+    namespace cptx = cuda::ptx;
+    static_assert(Cfg::kStagedRows && Cfg::kWaves == 2, "the staged rows' configs");
+    auto& st = ss.staging;
+    const int warp = tid / 32, lane = tid % 32, q = lane % 4;
+    const bool leader = wgc == 0 && tid == 0;
+    const int c0 = 64 * wgc + 16 * warp + lane / 4;
+    const int n_tile = s.wb * Cfg::BLOCK_W;
+    const float* bias = p.bias && s.kb0 == 0 ? p.bias + int64_t(s.e) * p.N : nullptr;
+    if (leader) cptx::cp_async_bulk_wait_group_read(cptx::n32_t<0>{});
+    sync_consumers();
+#pragma unroll
+    for (int w = 0; w < Cfg::kWaves; ++w) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int c = c0 + 8 * r;
+        const float wt = m.col_weight[c];
+#pragma unroll
+        for (int g = 0; g < Cfg::kAccRegs / 8; ++g) {
+          const int n = n_tile + Cfg::WAVE_W * w + 16 * g + 4 * q;  // N % 16 == 0: n .. n + 3 together
+          float v[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j)  // output n + j: h = j / 2, b = 2g + j % 2
+            v[j] = (acc[w][4 * (2 * g + j % 2) + 2 * r + j / 2] + (bias && n < p.N ? bias[n + j] : 0.0f)) * wt;
+          __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]), hi = __floats2bfloat162_rn(v[2], v[3]);
+          uint2 bits;
+          bits.x = *reinterpret_cast<uint32_t*>(&lo);
+          bits.y = *reinterpret_cast<uint32_t*>(&hi);
+          const int byte = 32 * (g % 4) + 8 * q;              // in the box's 128-byte row
+          const int chunk = (byte / 16) ^ (c % 8);            // the 128-byte swizzle
+          *reinterpret_cast<uint2*>(&st.box[2 * w + g / 4][c][16 * chunk + byte % 16]) = bits;
+        }
+      }
+    }
+    cptx::fence_proxy_async(cptx::space_shared);
+    sync_consumers();
+    if (leader) {
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const int n0 = n_tile + 64 * b;
+        if (n0 >= p.N) break;
+        const int32_t coords[2] = {n0, s.row0};
+        cptx::cp_async_bulk_tensor(cptx::space_global, cptx::space_shared, &p.out_desc, coords, &st.box[b][0][0]);
+      }
+      cptx::cp_async_bulk_commit_group();
     }
   }
 

@@ -61,6 +61,11 @@ struct GemmConfig {
   // 128-row blocks) or one per 128x128 block (GroupedGemmParams::sb_groups 16 or 1, checked at
   // launch).
   static constexpr bool kGroupScales = kEpi == GemmEpilogue::swiglu;
+  // Fast mode's bf16 rows of the two-wave tokens-as-M down GEMM (scales per 128) leave through
+  // 64 KB of staging by TMA tensor stores, in slot order (GroupedGemmParams::sorted_rows,
+  // Epilogue::store_rows_staged). The staging takes a fourth k-stage's room: 3 stages measured
+  // no slower at T=8192 (docs/performance.md, session 38, call 7).
+  static constexpr bool kStagedRows = gemm_staged_rows(kOperands_, kEpi, kWaves, kRows, kStages);
   // The producer arrives per thread through cp.async when it copies anything with it.
   static constexpr bool kCpAsync = kRows == GemmRows::gathered || kFp8;
   // ptxas fits each role's code into its setmaxnreg budget (ptxas -v / --warn-on-spills): the
@@ -112,6 +117,12 @@ struct GemmConfig {
     float scale[BLOCK_T], inv[BLOCK_T];
     int last;  // split K: this part arrived last
   };
+  // kStagedRows: a tile's bf16 outputs as 4 boxes of (128 rows, 64 outputs = 128 bytes), each
+  // with the 128-byte swizzle the TMA store undoes (16-byte chunk j of row c at chunk j ^ c % 8):
+  // a warp's 8-byte stores (8 rows x 32 bytes) take two wavefronts.
+  struct RowStaging {
+    alignas(1024) uint8_t box[4][BLOCK_T][128];
+  };
   struct SharedStorage {
     Stage stages[kStages];
     TileMeta meta[kMetaStages];
@@ -124,7 +135,8 @@ struct GemmConfig {
     int32_t warp_count[4];                             // fused schedule: matches per producer warp
     int32_t fetched;                                   // dynamic fetching: the producer's next tile
     typename cub::BlockScan<int, kThreads>::TempStorage scan;
-    std::conditional_t<kEpi == GemmEpilogue::swiglu, Staging, char> staging;
+    std::conditional_t<kEpi == GemmEpilogue::swiglu, Staging,
+                       std::conditional_t<kStagedRows, RowStaging, char>> staging;
     uint64_t full[kStages];        // producer -> consumers: TMA bytes (+ 128 cp.async arrivals)
     uint64_t empty[kStages];       // consumers -> producer: one arrival per consumer thread
     uint64_t meta_full[kMetaStages];   // producer -> consumers: 128 arrivals (each releases its writes)
@@ -403,6 +415,12 @@ __device__ __forceinline__ void consume(const GroupedGemmParams& p, typename Cfg
         stored = true;
       }
     }
+    if constexpr (Cfg::kStagedRows) {
+      if (!stored && p.sorted_rows && m.seg.nrows == Cfg::BLOCK_T) {
+        Epilogue<Cfg>::store_rows_staged(p, m.seg, m, ss, acc, wgc, tid);
+        stored = true;
+      }
+    }
     if (!stored) {
       // Each wave is stored as the 128-row tile it is (weight tile kWaves * wb + w).
 #pragma unroll
@@ -412,8 +430,17 @@ __device__ __forceinline__ void consume(const GroupedGemmParams& p, typename Cfg
         Epilogue<Cfg>::store(p, sw, m, ss, acc[w], wgc, tid);
       }
     }
+    if constexpr (Cfg::kStagedRows) {
+      // Where each route's row went (slot order), for finalize: once per token tile.
+      if (p.sorted_rows && wgc == 0 && m.seg.wb == 0 && m.seg.kb0 == 0 && tid < m.seg.nrows)
+        p.route_row[m.col_out[tid]] = m.seg.row0 + tid;
+    }
     cptx::mbarrier_arrive(&ss.meta_empty[meta.idx]);  // this thread is done with the slot
     meta.advance();
+  }
+  // The staged rows' last TMA stores are done (their shared memory is not left while read).
+  if constexpr (Cfg::kStagedRows) {
+    if (wgc == 0 && tid == 0) cptx::cp_async_bulk_wait_group(cptx::n32_t<0>{});
   }
 }
 
@@ -500,6 +527,9 @@ void launch_grouped_gemm_cfg(const GroupedGemmParams& p, int num_sms, cudaStream
   FMOE_REQUIRE(Cfg::kEpi != GemmEpilogue::swiglu || !Cfg::kTokensM || p.thread_order,
                "grouped_gemm: a tokens-as-M swiglu config needs its gate/up pairs prepared in "
                "thread order (thread_order = 1, grouped_gemm.hpp), got thread_order = %d", p.thread_order);
+  FMOE_REQUIRE(!p.sorted_rows || (Cfg::kStagedRows && p.out_type == GemmOut::bf16 && p.paired_rows && p.route_row),
+               "grouped_gemm: bf16 rows in slot order (sorted_rows) need a staged-rows config "
+               "(two-wave tokens-as-M down GEMM, scales per 128) with paired rows");
   FMOE_REQUIRE(p.split <= 1 || (Cfg::kWaves == 1 && !Cfg::kTokensM), "grouped_gemm: split K "
                "(%d parts) needs a one-wave config with weights as wgmma's M side", p.split);
   FMOE_REQUIRE(p.out_type == GemmOut::f32 ||

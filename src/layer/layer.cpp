@@ -614,6 +614,7 @@ size_t layer_workspace_layout(const MoeLayer::Impl& L, int T, ReductionMode mode
   take(w.topk_ids, R);
   take(w.topk_weights, R);
   take(w.route_slot, R);
+  take(w.route_row, rows16_combine(T, L.H, mode) ? R : 0);
   take(w.sorted_route, int64_t(L.E_total) * T);
   // The rows GEMM 1 reads: fp8 always; bf16 only when they differ from x (weight on the input).
   const bool own_rows = L.fp8 || L.on_input;
@@ -822,6 +823,30 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   if (plan.gemv) plan.fused_schedule = false;
   // The decode GEMVs combine by their own rule (fp32 atomics in fast mode).
   const bool rows16 = !plan.gemv && rows16_combine(T, H, a.mode);
+  // Configs that differ only in their k-stages: a forced one is taken as named; else the bf16
+  // route rows take the twin that stages them (gemm_configs.def: a full token tile's rows leave
+  // in slot order by TMA stores) where the experts average >= 128 routes, so most routes sit in
+  // full tiles. Measured on H200 (session 39, call 3, layer): 256-512 routes per expert (all three
+  // presets at T=8192) 0.979-0.988 of the route-order rows, the down GEMM 0.94-0.97; 64
+  // (deepseek-v3 T=2048, nearly every tile partial) 1.003, the down GEMM 1.017 (3 stages, no TMA
+  // store to gain). In between it was not measured.
+  {
+    const GemmConfigId forced = knobs().force_config.empty() ? GemmConfigId::count
+                                                             : gemm_config_by_name(knobs().force_config);
+    const GemmConfigInfo d = gemm_config_info(plan.down_config);
+    const auto same_tile = [&](GemmConfigId id) {
+      const GemmConfigInfo f = gemm_config_info(id);
+      return f.weights == d.weights && f.rows == d.rows && f.epilogue == d.epilogue && f.block_t == d.block_t &&
+             f.waves == d.waves && f.operands == d.operands && f.ctas_per_sm == d.ctas_per_sm;
+    };
+    const GemmConfigId twin = gemm_config_staged_twin(plan.down_config);
+    if (forced != GemmConfigId::count && same_tile(forced)) {
+      plan.down_config = forced;
+    } else if (rows16 && !plan.fused_schedule && twin != GemmConfigId::count && double(T) * k / E >= 128) {
+      plan.down_config = twin;
+      plan.config_reason += "; bf16 route rows: the down config that stores them in slot order by TMA";
+    }
+  }
   const int min_part_kb = plan.gemv ? 0 : knobs().split_k ? 2 : L.e2m1 ? 32 : 0;
   if (min_part_kb > 0 && bt == kSplitBlockT && !static_tiles && split_possible(L) &&
       int64_t(L.NT1) * (std::min<int64_t>(L.E_total, R) + R / bt + 1) <= kSplitMaxTiles) {
@@ -956,6 +981,14 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   g2.out = rows16 ? nullptr : ws.acc;
   g2.out_type = rows16 ? GemmOut::bf16 : GemmOut::f32;
   g2.out_lowp = rows16 ? static_cast<void*>(ws.acc) : nullptr;
+  // The staged-rows config writes its bf16 rows in slot order by TMA stores (grouped_gemm.hpp:
+  // sorted_rows), and finalize reads them there.
+  const bool sorted_rows = rows16 && gemm_config_staged_rows(plan.down_config) && !plan.fused_schedule;
+  g2.sorted_rows = sorted_rows ? 1 : 0;
+  g2.route_row = sorted_rows ? ws.route_row : nullptr;
+  if (sorted_rows)
+    g2.out_desc = make_tma_2d("MoeLayer: bf16 route rows", ws.acc, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
+                              uint64_t(R), uint64_t(H), uint64_t(H) * 2, 128, 64, CU_TENSOR_MAP_SWIZZLE_128B);
   g2.bias = L.b2.get<float>();
 
   // ---- or both as decode GEMVs: the same weights, routing, activations and outputs ----
@@ -1010,6 +1043,7 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   fp.acc = rows16 ? nullptr : ws.acc;
   fp.rows16 = rows16 ? reinterpret_cast<const __nv_bfloat16*>(ws.acc) : nullptr;
   fp.route_slot = plan.fused_schedule || plan.gemv ? nullptr : ws.route_slot;  // rows by route
+  fp.route_row = g2.sorted_rows ? ws.route_row : nullptr;
   fp.topk_ids = ws.topk_ids;
   fp.E = L.E_total;
   fp.y = static_cast<__nv_bfloat16*>(a.y.data);

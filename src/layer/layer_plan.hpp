@@ -70,6 +70,8 @@ struct LayerWorkspace {
   int32_t* topk_ids = nullptr;       // [T, k_total]
   float* topk_weights = nullptr;     // [T, k_total]
   int32_t* route_slot = nullptr;     // [T * k_total]
+  int32_t* route_row = nullptr;      // fast mode's bf16 rows: [T * k_total], each kept route's row
+                                     // when the down GEMM writes them in slot order (sorted_rows)
   int32_t* sorted_route = nullptr;   // [E_total * T]
   uint8_t* rows = nullptr;           // GEMM 1 input: fp8 [T_rows, H] or bf16 [T_rows, H]
   float* row_scales = nullptr;       // fp8: [T_rows, ceil(H/128)]

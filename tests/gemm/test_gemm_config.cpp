@@ -123,6 +123,20 @@ TEST(GemmConfig, DownGemmWithIntermediateScalesPer128) {
   // No narrower token tile reads the intermediate per 128.
   test::expect_error([] { gemm_config_of(GemmWeights::fp8_block, GemmRows::tma_s128, GemmEpilogue::combine, 64); },
                      "no compiled fp8 down (tma rows with one scale per 128, combine) config with BLOCK_T=64");
+  // The two-wave one has a 3-stage twin that stages fast mode's bf16 rows (slot order, TMA stores);
+  // gemm_config_of gives the 4-stage one, the twin is found from either.
+  const GemmConfigId s4 = gemm_config_by_name("down_fp8_bt128_w2_tm_h128_s4");
+  const GemmConfigId s3 = gemm_config_by_name("down_fp8_bt128_w2_tm_h128_s3");
+  ASSERT_NE(s4, GemmConfigId::count);
+  ASSERT_NE(s3, GemmConfigId::count);
+  EXPECT_EQ(gemm_config_of(GemmWeights::fp8_block, GemmRows::tma_s128, GemmEpilogue::combine, 128, 2,
+                           GemmOperands::tokens_m), s4);
+  EXPECT_FALSE(gemm_config_staged_rows(s4));
+  EXPECT_TRUE(gemm_config_staged_rows(s3));
+  EXPECT_EQ(gemm_config_staged_twin(s4), s3);
+  EXPECT_EQ(gemm_config_staged_twin(s3), s3);
+  EXPECT_EQ(gemm_config_staged_twin(gemm_config_by_name("down_fp8_bt128_tm_h128_s6")), GemmConfigId::count);
+  EXPECT_EQ(gemm_config_staged_twin(gemm_config_by_name("down_fp8_bt128_w2_tm_s4")), GemmConfigId::count);
   // select_block_t takes a forced config of either down family.
   EXPECT_EQ(select_block_t(8192, 8, 128, "down_fp8_bt128_w2_tm_h128_s4",
                            {{GemmWeights::fp8_block, GemmRows::gathered, GemmEpilogue::swiglu}, kDownFp8,

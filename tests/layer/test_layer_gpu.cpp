@@ -247,7 +247,7 @@ TEST(LayerGpu, TokensOnMDownGemmBiasesAndAPartialWave) {
       run_case(make_case(cfg, 150, ReductionMode::fast), 1, false);
     }
   }
-  EXPECT_EQ(forced, 4) << "the tokens-as-M down configs of gemm_configs.def";
+  EXPECT_EQ(forced, 5) << "the tokens-as-M down configs of gemm_configs.def";
 }
 
 // The first route whose fp8 intermediate (codes and scales) differs between two runs of the same
@@ -506,6 +506,29 @@ TEST(LayerGpu, FastModeBf16RouteRows) {
                                                                   : Precision::fp8_block;
     const MoeConfig cfg = scaled(find_preset("qwen3-30b-a3b"), 256, 256, 8, p);
     check(make_case(cfg, 90, ReductionMode::fast), 3100 + i, true);
+  }
+  {
+    // The staged rows (slot order, TMA stores of whole tiles) need full tiles: ~300 routes per
+    // expert, two full token tiles and a partial one each, H = 400 for a partial last box.
+    detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, "down_fp8_bt128_w2_tm_h128_s3");
+    const MoeConfig cfg = scaled(find_preset("qwen3-30b-a3b"), 400, 256, 8, Precision::fp8_block);
+    check(make_case(cfg, 300, ReductionMode::fast), 3150, true);
+  }
+  {
+    // The automatic choice: the staged twin (rows in slot order) where the experts average >= 128
+    // routes (T * 8 / 8 here), else rows by route.
+    const MoeConfig cfg = scaled(find_preset("qwen3-30b-a3b"), 400, 256, 8, Precision::fp8_block);
+    for (int T : {300, 100}) {
+      const LayerCase c = make_case(cfg, T, ReductionMode::fast);
+      check(c, 3160 + T, true);
+      const LayerData d = make_layer_data(c, 3160 + T);
+      const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+      const LayerRun run = run_layer(*g.layer, c, d);
+      const std::string name = detail::gemm_config_info(run.plan.down_config).name;
+      EXPECT_EQ(run.plan.down.sorted_rows, T >= 128 ? 1 : 0) << "T=" << T << " " << name;
+      if (T >= 128) EXPECT_EQ(name, "down_fp8_bt128_w2_tm_h128_s3");
+      EXPECT_EQ(run.plan.finalize.route_row != nullptr, T >= 128) << "T=" << T;
+    }
   }
   for (Precision p : {Precision::fp8_block, Precision::bf16, Precision::nvfp4}) {
     MoeConfig chunks = scaled(find_preset("deepseek-v3"), 384, 128, 16, p);
@@ -848,7 +871,9 @@ TEST(LayerGpu, SanitizerSmall) {
     // Fast mode's bf16 route rows: the tokens_m and weights_m down GEMMs' bf16 stores, finalize's
     // bf16 loads.
     detail::ScopedKnob<int> rows16(&detail::Knobs::rows16_min_t, 1);
-    for (const char* name : {"down_fp8_bt128_w2_tm_s4", "down_fp8_bt128_s6", "down_fp8_bt128_w2_tm_h128_s4"}) {
+    // (The 3-stage twin writes them in slot order: TMA stores of the full tiles.)
+    for (const char* name : {"down_fp8_bt128_w2_tm_s4", "down_fp8_bt128_s6", "down_fp8_bt128_w2_tm_h128_s4",
+                             "down_fp8_bt128_w2_tm_h128_s3"}) {
       detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, name);
       const MoeConfig qwen = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 8, Precision::fp8_block);
       run_case(make_case(qwen, 150, ReductionMode::fast), 1, false);
@@ -856,14 +881,17 @@ TEST(LayerGpu, SanitizerSmall) {
   }
   {
     // The tokens-as-M down epilogue with the expert's bias and a partial wave (H = 400: 16 of the
-    // last wave's 128 outputs in range), as bf16 route rows and as fp32 atomics.
-    detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, "down_fp8_bt128_w2_tm_h128_s4");
+    // last wave's 128 outputs in range), as bf16 route rows (by route, and in slot order from
+    // the 3-stage twin) and as fp32 atomics.
     MoeConfig biased = scaled(find_preset("qwen3-30b-a3b"), 400, 256, 8, Precision::fp8_block);
     biased.expert_bias = true;
     biased.validate();
-    for (int min_t : {1, 0}) {
-      detail::ScopedKnob<int> rows16(&detail::Knobs::rows16_min_t, min_t);
-      run_case(make_case(biased, 150, ReductionMode::fast), 1, false);
+    for (const char* name : {"down_fp8_bt128_w2_tm_h128_s4", "down_fp8_bt128_w2_tm_h128_s3"}) {
+      detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, name);
+      for (int min_t : {1, 0}) {
+        detail::ScopedKnob<int> rows16(&detail::Knobs::rows16_min_t, min_t);
+        run_case(make_case(biased, 150, ReductionMode::fast), 1, false);
+      }
     }
   }
   for (Precision p : {Precision::fp8_block, Precision::bf16}) {
