@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Session 39 call 1 (as run): docs/tried/sorted_route_rows_tma_call1.diff (then docs/wip/sorted_route_rows_tma.diff) on the GPU. Before it,
+# Session 39 call 1 (as run): the sorted rows diff, now docs/tried/sorted_route_rows_tma_call1.diff (it was docs/wip/sorted_route_rows_tma.diff), on the GPU. Before it,
 # here (one ninja at a time):
-#   scripts/build_variants.sh .device_carry/n sorted=docs/tried/sorted_route_rows_tma_call1.diff (then docs/wip/sorted_route_rows_tma.diff)
+#   scripts/build_variants.sh .device_carry/n sorted=docs/wip/sorted_route_rows_tma.diff
 # Carry .device_carry/n. About 4-5 minutes: the new test case and the rows16 tests of the variant,
 # racecheck + memcheck of SanitizerSmall, then the layer A/B at T=2048,8192 (fast: the bf16 rows
 # from T*H*4 > 50 MiB, i.e. all three presets at T=8192 and deepseek-v3 at 2048), twice.
