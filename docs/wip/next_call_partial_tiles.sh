@@ -1,25 +1,34 @@
 #!/usr/bin/env bash
-# DRAFT (not run): docs/wip/sorted_rows_partial_tiles.diff on the GPU, and where the sorted rows'
-# threshold belongs. Before it, here (one ninja at a time):
-#   scripts/build_variants.sh .device_carry/p part=docs/wip/sorted_rows_partial_tiles.diff
-# Carry .device_carry/p. About 5 minutes: the variant's rows16 tests, racecheck / memcheck /
-# synccheck / initcheck of SanitizerSmall, then the layer (fast) at T = 2048, 4096 (64 and 128
-# routes per expert on deepseek-v3 / qwen3.5; qwen3-30b-a3b has 128 and 256) with each binary
-# also forced onto the twin (FMOE_FORCE_CONFIG names only the down config), then T=8192 twice.
+# DRAFT (not run): two wips on the GPU in one call, ~6-7 minutes.
+#  - part: docs/wip/sorted_rows_partial_tiles.diff (the sorted rows' partial tiles by 8-row TMA boxes),
+#    and where the sorted rows' threshold belongs (each binary also forced onto the 3-stage twin);
+#  - rq:   docs/wip/route_quant_router_writes.diff (route_quant's routing warp also quantizes at T >= 1024).
+# Before it, here (one ninja at a time; ~8 min on 2 cores):
+#   scripts/build_variants.sh .device_carry/p part=docs/wip/sorted_rows_partial_tiles.diff \
+#     rq=docs/wip/route_quant_router_writes.diff
+# Carry .device_carry/p. If a variant wins: apply it on main, then scripts/gpu_check.sh in two calls
+# (session 38's calls 2 and 3: "memcheck racecheck" ~360-435 s, then at once --no-build --no-tests
+# "synccheck initcheck"; the second call needs the first's warm machine: call it immediately).
 set -u
 export FMOE_NO_SETUP=1
 V=.device_carry/p; R=$OUT/r; mkdir -p $R
-for n in base part; do for f in $V/$n/*.xz; do [ -e $f ] && xz -d -f -T0 $f; done; chmod +x $V/$n/*; done
-s=$SECONDS; timeout 150 $V/part/test_layer_gpu --gtest_filter='LayerGpu.FastModeBf16RouteRows:LayerGpu.SanitizerSmall:LayerGpu.TokensOnMDownGemmBiasesAndAPartialWave' > $R/test.txt 2>&1
-echo "test rc=$? $((SECONDS-s)) s: $(grep -E '^\[  (PASSED|FAILED) ' $R/test.txt | tr '\n' ' ')"; grep -E "Failure|FAILED" -A3 $R/test.txt | head -12
+for n in base part rq; do for f in $V/$n/*.xz; do [ -e $f ] && xz -d -f -T0 $f; done; chmod +x $V/$n/*; done
+s=$SECONDS; timeout 150 $V/part/test_layer_gpu --gtest_filter='LayerGpu.FastModeBf16RouteRows:LayerGpu.SanitizerSmall:LayerGpu.TokensOnMDownGemmBiasesAndAPartialWave' > $R/test_part.txt 2>&1
+echo "part test rc=$? $((SECONDS-s)) s: $(grep -E '^\[  (PASSED|FAILED) ' $R/test_part.txt | tr '\n' ' ')"; grep -E "Failure|FAILED" -A3 $R/test_part.txt | head -12
+s=$SECONDS; timeout 150 $V/rq/test_layer_gpu --gtest_filter='LayerGpu.LargeT*:LayerGpu.Nvfp4OddSizesSharedChunksAndLargeT:LayerGpu.FastModeBf16RouteRows' > $R/test_rq.txt 2>&1
+echo "rq test rc=$? $((SECONDS-s)) s: $(grep -E '^\[  (PASSED|FAILED) ' $R/test_rq.txt | tr '\n' ' ')"; grep -E "Failure|FAILED" -A3 $R/test_rq.txt | head -12
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer)
 for tool in racecheck memcheck synccheck initcheck; do
-  s=$SECONDS; n=$(timeout 90 scripts/sanitize_binary.sh $SAN $tool $V/part/test_layer_gpu $R/$tool.txt); echo "$tool rc=$? reports=$n $((SECONDS-s)) s"
+  s=$SECONDS; n=$(timeout 90 scripts/sanitize_binary.sh $SAN $tool $V/part/test_layer_gpu $R/$tool.txt); echo "part $tool rc=$? reports=$n $((SECONDS-s)) s"
 done
+# The threshold: T = 2048 / 4096 (64 / 128 routes per expert on deepseek-v3 and qwen3.5; 128 / 256 on qwen3-30b-a3b).
 AB_ENV=FMOE_FORCE_CONFIG=down_fp8_bt128_w2_tm_h128_s3 BENCH_TIMEOUT=80 scripts/layer_ab.sh $V/base/fusedmoe $V/part/fusedmoe $R/mid \
   --presets qwen3-30b-a3b,deepseek-v3,qwen3.5-35b-a3b --tokens 2048,4096 --stages on | grep -E "layer_ab|down|finalize|^layer  |geomean"
 AB_ENV=FMOE_FORCE_CONFIG=down_fp8_bt128_w2_tm_h128_s3 BENCH_TIMEOUT=80 scripts/layer_ab.sh $V/part/fusedmoe $V/base/fusedmoe $R/mid_base \
   --presets deepseek-v3,qwen3.5-35b-a3b --tokens 2048,4096 --stages on | grep -E "layer_ab|^layer  |geomean"
+# T = 8192, and route_quant at every T it changes (>= 1024) and one below (512, the 4-warp kernel: unchanged code).
 ROUNDS=2 BENCH_TIMEOUT=80 scripts/layer_ab.sh $V/base/fusedmoe $V/part/fusedmoe $R/big \
   --presets qwen3-30b-a3b,deepseek-v3,qwen3.5-35b-a3b --tokens 8192 --stages on | grep -E "layer_ab|down|finalize|^layer  |geomean"
+ROUNDS=2 BENCH_TIMEOUT=80 scripts/layer_ab.sh $V/base/fusedmoe $V/rq/fusedmoe $R/rq \
+  --presets qwen3-30b-a3b,deepseek-v3,qwen3.5-35b-a3b --tokens 512,2048,8192 --stages on | grep -E "layer_ab|route_quant|^layer  |geomean"
 tar cJf $OUT/r.txz -C $OUT r; rm -rf $OUT/r
