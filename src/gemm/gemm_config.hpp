@@ -45,6 +45,8 @@ constexpr bool gemm_staged_rows(GemmOperands operands, GemmEpilogue epi, int wav
          rows == GemmRows::tma_s128 && stages <= 3;
 }
 bool gemm_config_staged_rows(GemmConfigId id);
+/// Whether two configs differ at most in their k-stages (twins: the same tile, walk and epilogue).
+bool gemm_configs_same_tile(GemmConfigId a, GemmConfigId b);
 /// The staged-rows config with the same tile as `id` (`id` itself when it stages its rows), or
 /// GemmConfigId::count when none is compiled.
 GemmConfigId gemm_config_staged_twin(GemmConfigId id);

@@ -833,14 +833,8 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   {
     const GemmConfigId forced = knobs().force_config.empty() ? GemmConfigId::count
                                                              : gemm_config_by_name(knobs().force_config);
-    const GemmConfigInfo d = gemm_config_info(plan.down_config);
-    const auto same_tile = [&](GemmConfigId id) {
-      const GemmConfigInfo f = gemm_config_info(id);
-      return f.weights == d.weights && f.rows == d.rows && f.epilogue == d.epilogue && f.block_t == d.block_t &&
-             f.waves == d.waves && f.operands == d.operands && f.ctas_per_sm == d.ctas_per_sm;
-    };
     const GemmConfigId twin = gemm_config_staged_twin(plan.down_config);
-    if (forced != GemmConfigId::count && same_tile(forced)) {
+    if (forced != GemmConfigId::count && gemm_configs_same_tile(forced, plan.down_config)) {
       plan.down_config = forced;
     } else if (rows16 && !plan.fused_schedule && twin != GemmConfigId::count && double(T) * k / E >= 128) {
       plan.down_config = twin;

@@ -133,6 +133,9 @@ TEST(GemmConfig, DownGemmWithIntermediateScalesPer128) {
                            GemmOperands::tokens_m), s4);
   EXPECT_FALSE(gemm_config_staged_rows(s4));
   EXPECT_TRUE(gemm_config_staged_rows(s3));
+  EXPECT_TRUE(gemm_configs_same_tile(s4, s3));
+  EXPECT_FALSE(gemm_configs_same_tile(s4, gemm_config_by_name("down_fp8_bt128_tm_h128_s6")));  // one wave
+  EXPECT_FALSE(gemm_configs_same_tile(s4, gemm_config_by_name("down_fp8_bt128_w2_tm_s4")));  // scales per 64
   EXPECT_EQ(gemm_config_staged_twin(s4), s3);
   EXPECT_EQ(gemm_config_staged_twin(s3), s3);
   EXPECT_EQ(gemm_config_staged_twin(gemm_config_by_name("down_fp8_bt128_tm_h128_s6")), GemmConfigId::count);
