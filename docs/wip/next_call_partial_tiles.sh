@@ -26,7 +26,8 @@ AB_ENV=FMOE_FORCE_CONFIG=down_fp8_bt128_w2_tm_h128_s3 BENCH_TIMEOUT=80 scripts/l
   --presets qwen3-30b-a3b,deepseek-v3,qwen3.5-35b-a3b --tokens 2048,4096 --stages on | grep -E "layer_ab|down|finalize|^layer  |geomean"
 # bf16 rows (in slot order, by TMA) where the fp32 sums fit the L2 too: qwen T=2048 runs fp32 atomics today, and its
 # down GEMM is at ~27% of the FP8 rate (qwen3-30b-a3b 131.6 µs for 51.5 GFLOP: K = 768, ~128 KB of reductions a tile).
-AB_ENV=FMOE_ROWS16_MIN_T=1 BENCH_TIMEOUT=80 scripts/layer_ab.sh $V/base/fusedmoe $V/part/fusedmoe $R/rows16 \
+# The twin is forced (qwen3.5 has 64 routes per expert there, below its threshold); layer_ab splits AB_ENV into words.
+AB_ENV="FMOE_ROWS16_MIN_T=1 FMOE_FORCE_CONFIG=down_fp8_bt128_w2_tm_h128_s3" BENCH_TIMEOUT=80 scripts/layer_ab.sh $V/base/fusedmoe $V/part/fusedmoe $R/rows16 \
   --presets qwen3-30b-a3b,qwen3.5-35b-a3b --tokens 2048 --stages on | grep -E "layer_ab|down|finalize|^layer  |geomean"
 # T = 8192, and route_quant at every T it changes (>= 1024) and one below (512, the 4-warp kernel: unchanged code).
 ROUNDS=2 BENCH_TIMEOUT=80 scripts/layer_ab.sh $V/base/fusedmoe $V/part/fusedmoe $R/big \
