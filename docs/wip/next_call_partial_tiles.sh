@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # DRAFT (not run): two wips on the GPU in one call, ~8-9 minutes (estimated: tests ~40 s, sanitizers ~100 s, four A/Bs ~390 s).
-#  - part: docs/wip/sorted_rows_partial_tiles.diff (the sorted rows' partial tiles by 8-row TMA boxes),
+#  - part: docs/wip/sorted_rows_partial_tiles.diff (the sorted rows' partial and half-height tiles by 8-row TMA boxes),
 #    and where the sorted rows' threshold belongs (each binary also forced onto the 3-stage twin);
 #  - rq:   docs/wip/route_quant_router_writes.diff (route_quant's routing warp also quantizes at T >= 1024).
 # Before it, here (one ninja at a time; ~8 min on 2 cores):
