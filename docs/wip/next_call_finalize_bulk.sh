@@ -1,11 +1,9 @@
 #!/usr/bin/env bash
-# DRAFT (not run): docs/wip/finalize_bulk_rows.diff on the GPU (~4 min). Before it, here:
-#   scripts/build_variants.sh .device_carry/f fin=docs/wip/finalize_bulk_rows.diff
-# (or add fin=... to the build_variants line of docs/wip/next_call_partial_tiles.sh and carry one folder).
-# Carry .device_carry/f. The same binary with FMOE_FINALIZE_BULK=0 is the clean A/B of the kernel.
+# DRAFT (not run): docs/wip/finalize_bulk_rows.diff on the GPU (~4 min). Its binaries come from the
+# build_variants line of docs/wip/next_call_partial_tiles.sh (variant fin). Carry .device_carry/p. The same binary with FMOE_FINALIZE_BULK=0 is the clean A/B of the kernel.
 set -u
 export FMOE_NO_SETUP=1
-V=.device_carry/f; R=$OUT/r; mkdir -p $R
+V=.device_carry/p; R=$OUT/r; mkdir -p $R
 for n in base fin; do for f in $V/$n/*.xz; do [ -e $f ] && xz -d -f -T0 $f; done; chmod +x $V/$n/*; done
 s=$SECONDS; timeout 200 $V/fin/test_layer_gpu --gtest_filter='LayerGpu.FinalizeByBulkCopiesGivesTheSameBits:LayerGpu.LargeT*:LayerGpu.FastModeBf16RouteRows:LayerGpu.GraphReplaysAndDeterminism' > $R/test.txt 2>&1
 echo "test rc=$? $((SECONDS-s)) s: $(grep -E '^\[  (PASSED|FAILED) ' $R/test.txt | tr '\n' ' ')"; grep -E "Failure|FAILED" -A3 $R/test.txt | head -12

@@ -5,7 +5,8 @@
 #  - rq:   docs/wip/route_quant_router_writes.diff (route_quant's routing warp also quantizes at T >= 1024).
 # Before it, here (one ninja at a time; ~8 min on 2 cores):
 #   scripts/build_variants.sh .device_carry/p part=docs/wip/sorted_rows_partial_tiles.diff \
-#     rq=docs/wip/route_quant_router_writes.diff
+#     rq=docs/wip/route_quant_router_writes.diff fin=docs/wip/finalize_bulk_rows.diff
+# (fin is for docs/wip/next_call_finalize_bulk.sh, which carries the same folder.)
 # Carry .device_carry/p. If a variant wins: apply it on main, then scripts/gpu_check.sh in two calls
 # (session 38's calls 2 and 3: "memcheck racecheck" ~360-435 s, then at once --no-build --no-tests
 # "synccheck initcheck"; the second call needs the first's warm machine: call it immediately).
