@@ -13,11 +13,12 @@
 set -u
 export FMOE_NO_SETUP=1
 V=.device_carry/p; R=$OUT/r; mkdir -p $R
-for n in base part rq; do for f in $V/$n/*.xz; do [ -e $f ] && xz -d -f -T0 $f; done; chmod +x $V/$n/*; done
-s=$SECONDS; timeout 150 $V/part/test_layer_gpu --gtest_filter='LayerGpu.FastModeBf16RouteRows:LayerGpu.SanitizerSmall:LayerGpu.TokensOnMDownGemmBiasesAndAPartialWave' > $R/test_part.txt 2>&1
-echo "part test rc=$? $((SECONDS-s)) s: $(grep -E '^\[  (PASSED|FAILED) ' $R/test_part.txt | tr '\n' ' ')"; grep -E "Failure|FAILED" -A3 $R/test_part.txt | head -12
-s=$SECONDS; timeout 150 $V/rq/test_layer_gpu --gtest_filter='LayerGpu.LargeT*:LayerGpu.Nvfp4OddSizesSharedChunksAndLargeT:LayerGpu.FastModeBf16RouteRows' > $R/test_rq.txt 2>&1
-echo "rq test rc=$? $((SECONDS-s)) s: $(grep -E '^\[  (PASSED|FAILED) ' $R/test_rq.txt | tr '\n' ' ')"; grep -E "Failure|FAILED" -A3 $R/test_rq.txt | head -12
+# Tests of every variant (a union filter), then base / part / rq at T = 512, 2048, 8192 twice (route_quant
+# changes from T >= 1024; T = 512 runs the 4-warp kernel, unchanged code; the sorted rows from 128 routes per expert).
+VARIANTS="base part rq" ROUNDS=2 BENCH_TIMEOUT=80 TEST_TIMEOUT=150 \
+  TEST_FILTER='LayerGpu.FastModeBf16RouteRows:LayerGpu.SanitizerSmall:LayerGpu.TokensOnMDownGemmBiasesAndAPartialWave:LayerGpu.LargeT*:LayerGpu.Nvfp4OddSizesSharedChunksAndLargeT' \
+  scripts/variants_check.sh $V $R/big --presets qwen3-30b-a3b,deepseek-v3,qwen3.5-35b-a3b --tokens 512,2048,8192 --stages on |
+  grep -E "^\[variants\]|route_quant|down|finalize|^layer  |geomean"
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer)
 for tool in racecheck memcheck synccheck initcheck; do
   s=$SECONDS; n=$(timeout 90 scripts/sanitize_binary.sh $SAN $tool $V/part/test_layer_gpu $R/$tool.txt); echo "part $tool rc=$? reports=$n $((SECONDS-s)) s"
@@ -30,9 +31,4 @@ AB_ENV=FMOE_FORCE_CONFIG=down_fp8_bt128_w2_tm_h128_s3 BENCH_TIMEOUT=80 scripts/l
 # The twin is forced (qwen3.5 has 64 routes per expert there, below its threshold); layer_ab splits AB_ENV into words.
 AB_ENV="FMOE_ROWS16_MIN_T=1 FMOE_FORCE_CONFIG=down_fp8_bt128_w2_tm_h128_s3" BENCH_TIMEOUT=80 scripts/layer_ab.sh $V/base/fusedmoe $V/part/fusedmoe $R/rows16 \
   --presets qwen3-30b-a3b,qwen3.5-35b-a3b --tokens 2048 --stages on | grep -E "layer_ab|down|finalize|^layer  |geomean"
-# T = 8192, and route_quant at every T it changes (>= 1024) and one below (512, the 4-warp kernel: unchanged code).
-ROUNDS=2 BENCH_TIMEOUT=80 scripts/layer_ab.sh $V/base/fusedmoe $V/part/fusedmoe $R/big \
-  --presets qwen3-30b-a3b,deepseek-v3,qwen3.5-35b-a3b --tokens 8192 --stages on | grep -E "layer_ab|down|finalize|^layer  |geomean"
-ROUNDS=2 BENCH_TIMEOUT=80 scripts/layer_ab.sh $V/base/fusedmoe $V/rq/fusedmoe $R/rq \
-  --presets qwen3-30b-a3b,deepseek-v3,qwen3.5-35b-a3b --tokens 512,2048,8192 --stages on | grep -E "layer_ab|route_quant|^layer  |geomean"
 tar cJf $OUT/r.txz -C $OUT r; rm -rf $OUT/r
