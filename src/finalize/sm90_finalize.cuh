@@ -5,6 +5,10 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cuda/ptx>
+#include <cstdint>
+#include <type_traits>
+
 #include "finalize/finalize.hpp"
 #include "schedule/sm90_route_drop.cuh"
 
@@ -67,6 +71,130 @@ finalize_kernel(const __grid_constant__ FinalizeParams p) {
 #pragma unroll
   for (int j = 0; j < 4; ++j) h[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
   *reinterpret_cast<uint4*>(p.y + int64_t(t) * p.ldy + c) = out;
+}
+
+
+// Finalize over rows at large T (FinalizeRowsConfig): the same sums, in the same order and
+// arithmetic as finalize_kernel's deterministic branch (so y is bit for bit the same), with the
+// rows brought into shared memory by bulk copies instead of one 16-byte load per thread at a
+// time. Why: finalize_kernel lives on its bytes in flight, 32 KB per SM at full occupancy (one
+// load per thread), ~3.8 TB/s on H200 at T=8192 (83% of the read-only ceiling); each register
+// more costs occupancy (50 registers ran 1.4-1.5x slower, session 39). Here a producer warp keeps
+// kStages items of k rows x kCW columns in flight per CTA without registers.
+// An item is (token t, columns c0 .. c0 + kCW): the producer's lanes j < k read route j's slot
+// (and its row: route_row, or the route itself), lane 0 arms the stage's barrier with the kept
+// rows' bytes and writes their mask, and each kept route's lane copies its row piece into slot j
+// of the stage. The consumers (4 warps, 8 columns a thread) add the kept rows in j order, store
+// 8 bf16 outputs and release the stage.
+struct FinalizeRowsConfig {
+  static constexpr int kConsumers = 128;
+  static constexpr int kThreads = kConsumers + 32;  // + the producer warp
+  static constexpr int kCW = kConsumers * FinalizeConfig::kCols;  // 1024 columns an item
+  static constexpr int kStages = 4;
+  static constexpr int kItemsPerCta = 16;
+  static constexpr int kMaxK = 32;  // the producer's lanes
+};
+
+template <typename RowT>
+__global__ void __launch_bounds__(FinalizeRowsConfig::kThreads)
+finalize_rows_kernel(const __grid_constant__ FinalizeParams p) {
+  namespace cptx = cuda::ptx;
+  using Cfg = FinalizeRowsConfig;
+  constexpr int kCols = FinalizeConfig::kCols;
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ uint64_t full[Cfg::kStages], empty[Cfg::kStages];
+  __shared__ uint32_t kept[Cfg::kStages];
+  const int tid = threadIdx.x;
+  const size_t stage_bytes = size_t(p.k) * Cfg::kCW * sizeof(RowT);
+  if (tid == 0) {
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      cptx::mbarrier_init(&full[s], 1);
+      cptx::mbarrier_init(&empty[s], Cfg::kConsumers);
+    }
+    cptx::fence_mbarrier_init(cptx::sem_release, cptx::scope_cluster);  // visible to the copies
+  }
+  __syncthreads();
+  cudaGridDependencySynchronize();  // the GEMM's rows are complete
+  cudaTriggerProgrammaticLaunchCompletion();
+  const int chunks = (p.N + Cfg::kCW - 1) / Cfg::kCW;
+  const int64_t items = int64_t(p.T) * chunks;
+  const int64_t first = int64_t(blockIdx.x) * Cfg::kItemsPerCta;
+  const int count = int(items - first < Cfg::kItemsPerCta ? items - first : Cfg::kItemsPerCta);
+  const RowT* rows = std::is_same_v<RowT, float> ? reinterpret_cast<const RowT*>(p.acc)
+                                                  : reinterpret_cast<const RowT*>(p.rows16);
+  if (tid >= Cfg::kConsumers) {  // the producer warp
+    const int lane = tid - Cfg::kConsumers;
+    for (int i = 0; i < count; ++i) {
+      const int s = i % Cfg::kStages;
+      const uint32_t parity = (i / Cfg::kStages) & 1;
+      const int64_t item = first + i;
+      const int t = int(item / chunks), c0 = int(item % chunks) * Cfg::kCW;
+      const uint32_t bytes = uint32_t(min(Cfg::kCW, p.N - c0) * sizeof(RowT));
+      // (the index loads do not touch the stage: they go before its wait)
+      int64_t row = -1;
+      if (lane < p.k) {
+        const int64_t route = int64_t(t) * p.k + lane;
+        const int slot = p.route_slot[route];
+        const int64_t r = p.route_row ? int64_t(p.route_row[route]) : route;
+        row = slot < 0 ? -1 : r;
+      }
+      const uint32_t mask = __ballot_sync(0xffffffffu, row >= 0);
+      while (!cptx::mbarrier_try_wait_parity(&empty[s], parity ^ 1)) {
+      }
+      if (lane == 0) {
+        kept[s] = mask;
+        const uint32_t tx = uint32_t(__popc(mask)) * bytes;
+        cptx::mbarrier_arrive_expect_tx(cptx::sem_release, cptx::scope_cta, cptx::space_shared, &full[s], tx);
+      }
+      __syncwarp();
+      if (row >= 0)
+        cptx::cp_async_bulk(cptx::space_cluster, cptx::space_global,
+                            smem + s * stage_bytes + size_t(lane) * Cfg::kCW * sizeof(RowT),
+                            rows + row * p.N + c0, bytes, &full[s]);
+    }
+    return;
+  }
+  for (int i = 0; i < count; ++i) {  // the consumers
+    const int s = i % Cfg::kStages;
+    const uint32_t parity = (i / Cfg::kStages) & 1;
+    const int64_t item = first + i;
+    const int t = int(item / chunks), c = int(item % chunks) * Cfg::kCW + tid * kCols;
+    while (!cptx::mbarrier_try_wait_parity(&full[s], parity)) {
+    }
+    const uint32_t mask = kept[s];
+    const uint8_t* stage = smem + s * stage_bytes + size_t(tid) * kCols * sizeof(RowT);
+    float v[kCols];
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) v[j] = 0.0f;
+    if (c < p.N) {
+      for (int j = 0; j < p.k; ++j) {
+        if (!(mask >> j & 1)) continue;
+        const uint8_t* src = stage + size_t(j) * Cfg::kCW * sizeof(RowT);
+        if constexpr (std::is_same_v<RowT, float>) {
+          const float4 a = reinterpret_cast<const float4*>(src)[0], b = reinterpret_cast<const float4*>(src)[1];
+          v[0] += a.x; v[1] += a.y; v[2] += a.z; v[3] += a.w;
+          v[4] += b.x; v[5] += b.y; v[6] += b.z; v[7] += b.w;
+        } else {
+          const uint4 bits = *reinterpret_cast<const uint4*>(src);
+          const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&bits);
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const float2 f = __bfloat1622float2(h[q]);
+            v[2 * q] += f.x;
+            v[2 * q + 1] += f.y;
+          }
+        }
+      }
+    }
+    cptx::mbarrier_arrive(&empty[s]);  // the stage is read
+    if (c < p.N) {
+      uint4 out;
+      __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) h[q] = __floats2bfloat162_rn(v[2 * q], v[2 * q + 1]);
+      *reinterpret_cast<uint4*>(p.y + int64_t(t) * p.ldy + c) = out;
+    }
+  }
 }
 
 }  // namespace fusedmoe::detail

@@ -474,6 +474,37 @@ TEST(LayerGpu, TokensOnMNeedTwoWeightScalesPerWave) {
   }
 }
 
+TEST(LayerGpu, FinalizeByBulkCopiesGivesTheSameBits) {
+  // finalize_rows_kernel (FMOE_FINALIZE_BULK=2 takes it at any size) against the one-load-per-
+  // thread kernel (0) on the same layer run: bf16 route rows in slot order (T=300: 300 routes per
+  // expert, the staged twin) and by route (T=37), fp32 rows (deterministic), a repeated and a bad
+  // id (dropped routes), H = 400 (one 1024-column item, partial) and 2304 (three, the last of
+  // 256 columns).
+  FMOE_SKIP_WITHOUT_GPU();
+  detail::ScopedKnob<int> rows16(&detail::Knobs::rows16_min_t, 1);
+  for (int H : {400, 2304}) {
+    const MoeConfig cfg = scaled(find_preset("qwen3-30b-a3b"), H, 256, 8, Precision::fp8_block);
+    for (ReductionMode m : kModes) {
+      for (int T : {300, 37}) {
+        const LayerCase c = make_case(cfg, T, m, LayerRoute::given);
+        const LayerData d = make_layer_data(c, 3500 + T);
+        std::vector<int32_t> ids = d.given.ids;
+        ids[1] = ids[0];  // token 0 repeats its first expert
+        ids[3] = 1000;    // out of range
+        const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+        std::vector<uint16_t> y[3];
+        for (int bulk : {0, 2}) {
+          detail::ScopedKnob<int> knob(&detail::Knobs::finalize_bulk, bulk);
+          const LayerRun run = run_layer(*g.layer, c, d, false, &ids);
+          EXPECT_EQ(run.dropped, 2) << c.describe();
+          y[bulk] = run.y;
+        }
+        EXPECT_EQ(y[0], y[2]) << c.describe() << ": the bulk-copy finalize differs";
+      }
+    }
+  }
+}
+
 TEST(LayerGpu, FastModeBf16RouteRows) {
   // Fast mode's down GEMM writing one bf16 row per route, summed by finalize (FMOE_ROWS16_MIN_T=1
   // here: every T the engine runs): every compiled down config forced in turn, shared chunks,

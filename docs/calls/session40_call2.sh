@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DRAFT (not run): docs/wip/finalize_bulk_rows.diff on the GPU (~4 min). Its binaries come from the
+# Session 40 call 2 (as drafted): docs/wip/finalize_bulk_rows.diff on the GPU (~4 min). Its binaries come from the
 # build_variants line of docs/wip/next_call_partial_tiles.sh (variant fin). Carry .device_carry/p.
 # scripts/variants_check.sh tests and times the variants; fin0 is the same binary with
 # FMOE_FINALIZE_BULK=0 (the clean A/B of the kernel). The sanitizer cases run at small T, so they
