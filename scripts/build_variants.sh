@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the binaries of several patch stacks on this machine, for one device call that tests and
 # times them all (scripts/variants_check.sh). Each variant is the clean tree plus its patches,
-# applied in order. Its stripped fusedmoe and test_layer_gpu go xz-compressed into
+# applied in order. Its stripped fusedmoe and test_layer_gpu (BUILD_TARGETS: another list) go xz-compressed into
 # OUTDIR/NAME/, about 3 MB each, so all of them fit the device's carry limit. "base" (no patches)
 # is always built first. The build directory is the usual one (FMOE_BUILD_DIR, default build):
 # each variant recompiles only what its patches touch, and the tree is clean again at the end.
@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=$1; shift
 BUILD=${FMOE_BUILD_DIR:-build}
-TARGETS=(fusedmoe test_layer_gpu)
+read -r -a TARGETS <<<"${BUILD_TARGETS:-fusedmoe test_layer_gpu}"  # (env: other test binaries too)
 if [ -n "$(git status --porcelain --untracked-files=no)" ]; then
   echo "build_variants: the tree has uncommitted changes; commit or stash them first" >&2
   exit 2

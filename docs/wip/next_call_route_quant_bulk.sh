@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# DRAFT (not run): docs/wip/route_quant_bulk_rows.diff on the GPU, ~3-4 min. Before it, here (~8 min on 2 cores):
+#   BUILD_TARGETS="fusedmoe test_layer_gpu test_moe_fp8_stages_gpu" \
+#     scripts/build_variants.sh .device_carry/q rqb=docs/wip/route_quant_bulk_rows.diff
+# Carry .device_carry/q. rqb0 is the same binary with FMOE_ROUTE_QUANT_BULK=0 (the clean A/B of the kernel).
+# If rqb wins: apply it on main, then scripts/gpu_check.sh ("memcheck racecheck", then at once
+# --no-build --no-tests "synccheck initcheck"; or carry binaries built here for the second call).
+set -u
+export FMOE_NO_SETUP=1
+V=.device_carry/q; R=$OUT/r; mkdir -p $R
+for f in $V/rqb/*.xz; do xz -d -f -T0 $f; done; chmod +x $V/rqb/*
+timeout 120 $V/rqb/test_moe_fp8_stages_gpu > $R/stages.txt 2>&1; echo "stages tests rc=$?"; grep -E "^\[  (PASSED|FAILED) |Failure" $R/stages.txt | head
+SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer)
+for tool in racecheck memcheck synccheck initcheck; do
+  s=$SECONDS; n=$(timeout 60 scripts/sanitize_binary.sh $SAN $tool $V/rqb/test_moe_fp8_stages_gpu $R/$tool.txt); echo "$tool rc=$? reports=$n $((SECONDS-s)) s"
+done
+VARIANTS="base rqb rqb0:rqb" VARIANT_ENV="rqb0=FMOE_ROUTE_QUANT_BULK=0" BENCH_TIMEOUT=80 TEST_TIMEOUT=150 \
+  TEST_FILTER='LayerGpu.LargeT*:LayerGpu.GraphReplaysAndDeterminism' \
+  scripts/variants_check.sh $V $R/ab --presets qwen3-30b-a3b,deepseek-v3,qwen3.5-35b-a3b --tokens 2048,8192 --stages on |
+  grep -E "^\[variants\]|route_quant|^layer  |geomean"
+tar cJf $OUT/r.txz -C $OUT r; rm -rf $OUT/r
