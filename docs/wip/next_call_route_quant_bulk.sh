@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DRAFT (not run): docs/wip/route_quant_bulk_rows.diff on the GPU, ~3-4 min. Before it, here (~8 min on 2 cores):
+# DRAFT (not run): docs/wip/route_quant_bulk_rows.diff on the GPU, ~4-5 min; then the schedule timed in place. Before it, here (~8 min on 2 cores):
 #   BUILD_TARGETS="fusedmoe test_layer_gpu test_moe_fp8_stages_gpu" \
 #     scripts/build_variants.sh .device_carry/q rqb=docs/wip/route_quant_bulk_rows.diff
 # Carry .device_carry/q. rqb0 is the same binary with FMOE_ROUTE_QUANT_BULK=0 (the clean A/B of the kernel).
@@ -18,4 +18,14 @@ VARIANTS="base rqb rqb0:rqb" VARIANT_ENV="rqb0=FMOE_ROUTE_QUANT_BULK=0" BENCH_TI
   TEST_FILTER='LayerGpu.LargeT*:LayerGpu.GraphReplaysAndDeterminism' \
   scripts/variants_check.sh $V $R/ab --presets qwen3-30b-a3b,deepseek-v3,qwen3.5-35b-a3b --tokens 2048,8192 --stages on |
   grep -E "^\[variants\]|route_quant|^layer  |geomean"
+# Each non-GEMM kernel's own duration in the layer (ncu serializes the launches, flushes the caches
+# before each): the schedule's cost in place (the stage bench's 17-19 us includes two memsets and
+# a graph's node latencies), route_quant with and without the bulk rows. ~1 min.
+NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu)
+for b in base rqb; do
+  timeout 100 $NCU --kernel-name regex:'route_quant|schedule_kernel|finalize|grouped_gemm' --launch-count 5 \
+    --metrics gpu__time_duration.sum $V/$b/fusedmoe bench --op layer --presets qwen3-30b-a3b --tokens 8192 \
+    --stages off > $R/ncu_$b.txt 2>&1
+  echo "ncu $b rc=$?"; grep -E "^  [a-z_]+.*\(|gpu__time_duration" $R/ncu_$b.txt | head -12
+done
 tar cJf $OUT/r.txz -C $OUT r; rm -rf $OUT/r
