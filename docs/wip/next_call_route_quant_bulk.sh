@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DRAFT (not run): docs/wip/route_quant_bulk_rows.diff on the GPU, ~4-5 min; then the schedule timed in place. Before it, here (~8 min on 2 cores):
+# DRAFT (not run): docs/wip/route_quant_bulk_rows.diff on the GPU, ~5-6 min; then the schedule timed in place and the qwen T=2048 down GEMM under ncu. Before it, here (~8 min on 2 cores):
 #   BUILD_TARGETS="fusedmoe test_layer_gpu test_moe_fp8_stages_gpu" \
 #     scripts/build_variants.sh .device_carry/q rqb=docs/wip/route_quant_bulk_rows.diff
 # Carry .device_carry/q. rqb0 is the same binary with FMOE_ROUTE_QUANT_BULK=0 (the clean A/B of the kernel).
@@ -28,4 +28,11 @@ for b in base rqb; do
     --stages off > $R/ncu_$b.txt 2>&1
   echo "ncu $b rc=$?"; grep -E "^  [a-z_]+.*\(|gpu__time_duration" $R/ncu_$b.txt | head -12
 done
+# The down GEMM at qwen3-30b-a3b T=2048 (fp32 atomics, K = 768: ~27% of the FP8 rate): is it the L2's
+# reductions (128 KB a tile, 134 MB in all) or the short k-loop? ncu of base's down kernel (the second
+# grouped_gemm launch), its L2 reduction sectors and throughputs beside the stall split. ~1 min.
+NCU_KERNELS=1 NCU_ARGS="--clock-control none --launch-skip 1 --metrics lts__t_sectors_op_red.sum,lts__t_sectors_op_atom.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed" \
+  timeout 150 scripts/ncu_layer.sh $V/base/fusedmoe qwen3-30b-a3b 2048 $R/ncu_down2k
+grep -E "Duration|SM Frequency|Compute \(SM\) Throughput|L2 Cache Throughput|DRAM Throughput|lts__t_sectors_op|lts__throughput" $R/ncu_down2k/*.txt | head -12
+head -25 $R/ncu_down2k/*_stalls.txt; rm -f $R/ncu_down2k/*.ncu-rep
 tar cJf $OUT/r.txz -C $OUT r; rm -rf $OUT/r
