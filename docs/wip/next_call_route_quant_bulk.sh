@@ -2,7 +2,8 @@
 # DRAFT (not run): docs/wip/route_quant_bulk_rows.diff on the GPU, ~5-6 min; then the schedule timed in place and the qwen T=2048 down GEMM under ncu. Before it, here (~8 min on 2 cores):
 #   BUILD_TARGETS="fusedmoe test_layer_gpu test_moe_fp8_stages_gpu" \
 #     scripts/build_variants.sh .device_carry/q rqb=docs/wip/route_quant_bulk_rows.diff
-# Carry .device_carry/q. rqb0 is the same binary with FMOE_ROUTE_QUANT_BULK=0 (the clean A/B of the kernel).
+# Carry .device_carry/q. rqb0 / rqb2 are the same binary with FMOE_ROUTE_QUANT_BULK=0 (the register loads: the
+# clean A/B of the kernel) / 2 (the bulk kernel bounded to two CTAs an SM, with spills).
 # If rqb wins: apply it on main, then scripts/gpu_check.sh ("memcheck racecheck", then at once
 # --no-build --no-tests "synccheck initcheck"; or carry binaries built here for the second call).
 set -u
@@ -14,7 +15,8 @@ SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer)
 for tool in racecheck memcheck synccheck initcheck; do
   s=$SECONDS; n=$(timeout 60 scripts/sanitize_binary.sh $SAN $tool $V/rqb/test_moe_fp8_stages_gpu $R/$tool.txt); echo "$tool rc=$? reports=$n $((SECONDS-s)) s"
 done
-VARIANTS="base rqb rqb0:rqb" VARIANT_ENV="rqb0=FMOE_ROUTE_QUANT_BULK=0" BENCH_TIMEOUT=80 TEST_TIMEOUT=150 \
+VARIANTS="base rqb rqb0:rqb rqb2:rqb" VARIANT_ENV="rqb0=FMOE_ROUTE_QUANT_BULK=0 rqb2=FMOE_ROUTE_QUANT_BULK=2" \
+  BENCH_TIMEOUT=80 TEST_TIMEOUT=150 \
   TEST_FILTER='LayerGpu.LargeT*:LayerGpu.GraphReplaysAndDeterminism' \
   scripts/variants_check.sh $V $R/ab --presets qwen3-30b-a3b,deepseek-v3,qwen3.5-35b-a3b --tokens 2048,8192 --stages on |
   grep -E "^\[variants\]|route_quant|^layer  |geomean"
