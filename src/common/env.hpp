@@ -26,6 +26,7 @@ struct Knobs {
   bool narrow_tails = true;    ///< FMOE_NARROW_TAILS=0: every token tile at full width (A/B timing)
   int dynamic_items = 3;       ///< FMOE_DYNAMIC_ITEMS: which GEMMs take tiles from a counter (bit 0 gate/up, bit 1 down; A/B timing)
   int rows16_min_t = -1;       ///< FMOE_ROWS16_MIN_T=n: fast mode combines by bf16 route rows from T=n (0: never; -1: the layer's rule)
+  int schedule_routes = 0;     ///< FMOE_SCHEDULE_ROUTES=1|2|4|8: routes per thread of the schedule kernel (0: the rule)
   int finalize_bulk = 1;       ///< FMOE_FINALIZE_BULK: finalize reads route rows by bulk copies 0 never, 1 bf16 rows in slot order, 2 any rows (A/B timing, tests)
 };
 

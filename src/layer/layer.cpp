@@ -1062,7 +1062,7 @@ void run_layer_stage(const LayerPlan& plan, LayerStage stage, cudaStream_t strea
     case LayerStage::route_quant: return launch_route_quant(plan.route_quant, stream);
     case LayerStage::schedule:
       if (plan.fused_schedule || plan.gemv) return;  // the GEMMs build it, or the GEMVs need none
-      return launch_schedule(plan.schedule, stream);
+      return launch_schedule(plan.schedule, plan.num_sms, stream);
     case LayerStage::gate_up:
       if (plan.gemv) return launch_decode_gemv_up(plan.gemv_up, plan.num_sms, stream);
       return launch_grouped_gemm(plan.up_config, plan.up, plan.num_sms, stream);

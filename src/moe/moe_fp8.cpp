@@ -334,7 +334,7 @@ void run_moe_fp8_stage(const MoeFp8Plan& plan, MoeFp8Stage stage, cudaStream_t s
     case MoeFp8Stage::route_quant: return launch_route_quant(plan.route_quant, stream);
     case MoeFp8Stage::schedule:
       if (plan.fused_schedule) return;  // the GEMM builds it
-      return launch_schedule(plan.schedule, stream);
+      return launch_schedule(plan.schedule, plan.num_sms, stream);
     case MoeFp8Stage::gemm: return launch_grouped_gemm(plan.config, plan.gemm, plan.num_sms, stream);
     case MoeFp8Stage::finalize: return launch_finalize(plan.finalize, stream);
   }

@@ -38,7 +38,11 @@ struct ScheduleParams {
 /// Experts (routed + shared chunks) the schedule kernel counts in shared memory.
 constexpr int kScheduleMaxExperts = 520;
 constexpr int kScheduleThreads = 512;
-constexpr int kScheduleRoutesPerThread = 8;
-void launch_schedule(const ScheduleParams& p, cudaStream_t stream);
+/// Routes each thread ranks: the compiled values (one kernel each), smallest first.
+constexpr int kScheduleRoutesPerThread[] = {1, 2, 4, 8};
+/// The rule: the fewest routes a thread whose grid fits two CTAs on each of `sms` SMs (the
+/// most, 8, beyond that); FMOE_SCHEDULE_ROUTES forces one of the compiled values.
+int schedule_routes_per_thread(int64_t routes, int sms);
+void launch_schedule(const ScheduleParams& p, int sms, cudaStream_t stream);
 
 }  // namespace fusedmoe::detail

@@ -10,11 +10,14 @@
 
 namespace fusedmoe::detail {
 
-__device__ __forceinline__ bool route_dropped(const int32_t* ids, int64_t route, int k, int E) {
+// Index is the caller's route type: int where T * k fits it (the schedule kernel), so the
+// token's first route costs a 32-bit remainder, not a 64-bit division routine.
+template <class Index>
+__device__ __forceinline__ bool route_dropped(const int32_t* ids, Index route, int k, int E) {
   const int e = ids[route];
   if (e < 0 || e >= E) return true;
-  const int64_t first = route - route % k;
-  for (int64_t r = first; r < route; ++r)
+  const Index first = route - route % k;
+  for (Index r = first; r < route; ++r)
     if (ids[r] == e) return true;
   return false;
 }

@@ -75,10 +75,15 @@ TEST(MoeFp8Stages, ScheduleInvariants) {
   // The schedule kernel (decode sizes fuse it into the GEMM).
   detail::ScopedKnob<bool> unfused(&detail::Knobs::fused_schedule, false);  // (decode sizes fuse it into the GEMM)
   struct S { int T, E, k; RouteKind route; };
+  // Every compiled routes-per-thread value (FMOE_SCHEDULE_ROUTES; 0: the rule) on every case: 1, 2
+  // and 4 split T = 5000 over 79, 40 and 20 CTAs, 8 over 10; T = 40000 (320000 routes) takes 4 by
+  // the rule on an H100 / H200 and 157 CTAs.
   for (const S s : {S{1, 8, 2, RouteKind::computed}, S{128, 256, 8, RouteKind::computed},
                     S{700, 64, 6, RouteKind::hot}, S{5000, 128, 8, RouteKind::computed},
-                    S{600, 32, 1, RouteKind::all_to_one}})
-    for (uint64_t seed : seeds_for(hash_ints({s.T, s.E, s.k, int(s.route)}))) {
+                    S{600, 32, 1, RouteKind::all_to_one}, S{40000, 256, 8, RouteKind::computed}})
+    for (uint64_t seed : seeds_for(hash_ints({s.T, s.E, s.k, int(s.route)})))
+    for (const int per_thread : {0, 1, 2, 4, 8}) {
+      detail::ScopedKnob<int> routes(&detail::Knobs::schedule_routes, per_thread);
       Problem pb;
       pb.T = s.T;
       pb.E = s.E;
@@ -99,7 +104,7 @@ TEST(MoeFp8Stages, ScheduleInvariants) {
       const std::vector<int32_t> route_offsets = copy_back(plan.ws.route_offsets, size_t(pb.E) + 1);
       const std::vector<int32_t> sorted = copy_back(plan.ws.sorted_route, size_t(pb.E) * pb.T);
       const std::vector<int32_t> slot = copy_back(plan.ws.route_slot, size_t(pb.T) * pb.k);
-      ASSERT_EQ(counts, want.counts) << "seed " << seed;
+      ASSERT_EQ(counts, want.counts) << "seed " << seed << ", routes per thread " << per_thread;
       const int bt = detail::gemm_config_info(plan.config).block_t;
       int expect_tiles = 0;
       for (int e = 0; e < pb.E; ++e) {
@@ -115,7 +120,8 @@ TEST(MoeFp8Stages, ScheduleInvariants) {
         for (size_t i = 0; i < got.size(); ++i)
           ASSERT_EQ(slot[size_t(got[i])], e * pb.T + int(i)) << "route -> slot -> route round trip";
         std::sort(got.begin(), got.end());
-        ASSERT_EQ(got, exp) << "expert " << e << " holds other routes, seed " << seed;
+        ASSERT_EQ(got, exp) << "expert " << e << " holds other routes, seed " << seed << ", routes per thread "
+                            << per_thread;
       }
       ASSERT_EQ(tiles[size_t(pb.E)], expect_tiles);
       ASSERT_EQ(route_offsets[size_t(pb.E)], pb.T * pb.k);
