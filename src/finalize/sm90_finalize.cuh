@@ -19,6 +19,29 @@ struct FinalizeConfig {
   static constexpr int kCols = 8;  // per thread; N % 16 == 0
 };
 
+// The sums' arithmetic, one copy for both kernels (finalize_rows_kernel must give finalize_kernel's
+// bits): 8 adjacent outputs per thread, added in fp32, stored as one 16-byte bf16 row piece.
+__device__ __forceinline__ void add8(float (&v)[8], uint4 bf16_bits) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&bf16_bits);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 f = __bfloat1622float2(h[j]);
+    v[2 * j] += f.x;
+    v[2 * j + 1] += f.y;
+  }
+}
+__device__ __forceinline__ void add8(float (&v)[8], float4 a, float4 b) {
+  v[0] += a.x; v[1] += a.y; v[2] += a.z; v[3] += a.w;
+  v[4] += b.x; v[5] += b.y; v[6] += b.z; v[7] += b.w;
+}
+__device__ __forceinline__ void store8(__nv_bfloat16* dst, const float (&v)[8]) {
+  uint4 out;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) h[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+  *reinterpret_cast<uint4*>(dst) = out;
+}
+
 __global__ void __launch_bounds__(FinalizeConfig::kThreads)
 finalize_kernel(const __grid_constant__ FinalizeParams p) {
   constexpr int kCols = FinalizeConfig::kCols;
@@ -50,27 +73,14 @@ finalize_kernel(const __grid_constant__ FinalizeParams p) {
       // (Loading 4 routes' rows before adding them was measured 7-10% slower on H100 with bf16
       // rows, session 23: deepseek-v3 T=8192 399 -> 426 µs; not kept.)
       if (p.rows16) {  // 8 bf16 outputs: one 16-byte load
-        const uint4 bits = __ldcs(reinterpret_cast<const uint4*>(p.rows16 + row * p.N + c));
-        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&bits);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float2 f = __bfloat1622float2(h[j]);
-          v[2 * j] += f.x;
-          v[2 * j + 1] += f.y;
-        }
+        add8(v, __ldcs(reinterpret_cast<const uint4*>(p.rows16 + row * p.N + c)));
         continue;
       }
       const float4* src = reinterpret_cast<const float4*>(p.acc + row * p.N + c);
-      const float4 a = __ldcs(src), b = __ldcs(src + 1);
-      v[0] += a.x; v[1] += a.y; v[2] += a.z; v[3] += a.w;
-      v[4] += b.x; v[5] += b.y; v[6] += b.z; v[7] += b.w;
+      add8(v, __ldcs(src), __ldcs(src + 1));
     }
   }
-  uint4 out;
-  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&out);
-#pragma unroll
-  for (int j = 0; j < 4; ++j) h[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
-  *reinterpret_cast<uint4*>(p.y + int64_t(t) * p.ldy + c) = out;
+  store8(p.y + int64_t(t) * p.ldy + c, v);
 }
 
 
@@ -170,30 +180,14 @@ finalize_rows_kernel(const __grid_constant__ FinalizeParams p) {
       for (int j = 0; j < p.k; ++j) {
         if (!(mask >> j & 1)) continue;
         const uint8_t* src = stage + size_t(j) * Cfg::kCW * sizeof(RowT);
-        if constexpr (std::is_same_v<RowT, float>) {
-          const float4 a = reinterpret_cast<const float4*>(src)[0], b = reinterpret_cast<const float4*>(src)[1];
-          v[0] += a.x; v[1] += a.y; v[2] += a.z; v[3] += a.w;
-          v[4] += b.x; v[5] += b.y; v[6] += b.z; v[7] += b.w;
-        } else {
-          const uint4 bits = *reinterpret_cast<const uint4*>(src);
-          const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&bits);
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const float2 f = __bfloat1622float2(h[q]);
-            v[2 * q] += f.x;
-            v[2 * q + 1] += f.y;
-          }
-        }
+        if constexpr (std::is_same_v<RowT, float>)
+          add8(v, reinterpret_cast<const float4*>(src)[0], reinterpret_cast<const float4*>(src)[1]);
+        else
+          add8(v, *reinterpret_cast<const uint4*>(src));
       }
     }
     cptx::mbarrier_arrive(&empty[s]);  // the stage is read
-    if (c < p.N) {
-      uint4 out;
-      __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&out);
-#pragma unroll
-      for (int q = 0; q < 4; ++q) h[q] = __floats2bfloat162_rn(v[2 * q], v[2 * q + 1]);
-      *reinterpret_cast<uint4*>(p.y + int64_t(t) * p.ldy + c) = out;
-    }
+    if (c < p.N) store8(p.y + int64_t(t) * p.ldy + c, v);
   }
 }
 
