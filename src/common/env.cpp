@@ -25,7 +25,7 @@ const KnobInfo kKnobTable[] = {
     {"FMOE_NARROW_TAILS", "0 or 1", "0: the grouped GEMMs run every token tile at full size (default 1: tail tiles of fp8 / 4-bit weights-as-M configs run narrower wgmmas where their routes fit, and the two-wave tokens-as-M tails of <= 64 routes run at half height, in the gate/up as interleaved pairs)"},
     {"FMOE_DYNAMIC_ITEMS", "0, 1, 2 or 3", "which of the layer's grouped GEMMs take their tiles after each CTA's first in order from a counter, so the CTAs sharing a weight tile stay together: 1 the gate/up, 2 the down, 3 both (default), 0 neither (round robin); the layer uses it for FP8 tiles with tokens as M, and for FP8 tiles of K >= 4096 where the hit experts average <= 1.03 or >= 3 routes"},
     {"FMOE_ROWS16_MIN_T", "an integer in [0, 1073741824]", "fast mode's down GEMM writes one bf16 row per route, summed by finalize, from this many tokens up (0: never, always fp32 atomics; default: the layer's rule)"},
-    {"FMOE_SCHEDULE_ROUTES", "1, 2, 4 or 8", "routes each thread of the schedule kernel ranks (default: the fewest whose grid fits two CTAs an SM; 8 was the only form before session 41)"},
+    {"FMOE_SCHEDULE_ROUTES", "1, 2, 4 or 8", "routes each thread of the schedule kernel ranks (default: the fewest whose grid fits two CTAs an SM)"},
     {"FMOE_FINALIZE_BULK", "0, 1 or 2", "how finalize reads the route rows: 0 one 16-byte load per thread, 2 by bulk copies into shared memory, 1 (default) bulk copies for bf16 rows in slot order (fast mode from 128 routes per expert)"},
 };
 const int kNumKnobs = int(sizeof(kKnobTable) / sizeof(kKnobTable[0]));
@@ -93,7 +93,8 @@ Knobs read_knobs() {
     k.rows16_min_t = parse_knob_int("FMOE_ROWS16_MIN_T", v, 0, 1 << 30);
   if (const char* v = env("FMOE_SCHEDULE_ROUTES")) {
     k.schedule_routes = parse_knob_int("FMOE_SCHEDULE_ROUTES", v, 1, 8);
-    FMOE_REQUIRE(k.schedule_routes == 1 || k.schedule_routes == 2 || k.schedule_routes == 4 || k.schedule_routes == 8,
+    const int n = k.schedule_routes;
+    FMOE_REQUIRE(n == 1 || n == 2 || n == 4 || n == 8,
                  "environment variable FMOE_SCHEDULE_ROUTES=%s must be 1, 2, 4 or 8", quote_user_text(v).c_str());
   }
   if (const char* v = env("FMOE_FINALIZE_BULK")) k.finalize_bulk = parse_knob_int("FMOE_FINALIZE_BULK", v, 0, 2);

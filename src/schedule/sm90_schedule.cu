@@ -1,18 +1,20 @@
 // Launcher of stage 2 (counts, slots, tile table); the only TU that includes its kernel.
 #include "schedule/sm90_schedule.cuh"
 
+#include <iterator>
+
 #include "common/cuda_check.hpp"
 #include "common/env.hpp"
 #include "common/launch.hpp"
-
-#include <iterator>
 
 namespace fusedmoe::detail {
 
 int schedule_routes_per_thread(int64_t routes, int sms) {
   if (const int forced = knobs().schedule_routes) return forced;
-  for (const int n : kScheduleRoutesPerThread)
-    if ((routes + int64_t(kScheduleThreads) * n - 1) / (int64_t(kScheduleThreads) * n) <= 2 * int64_t(sms)) return n;
+  for (const int n : kScheduleRoutesPerThread) {
+    const int64_t per_cta = int64_t(kScheduleThreads) * n;
+    if ((routes + per_cta - 1) / per_cta <= 2 * int64_t(sms)) return n;
+  }
   return kScheduleRoutesPerThread[std::size(kScheduleRoutesPerThread) - 1];
 }
 

@@ -400,11 +400,13 @@ TEST(Cli, MalformedKnobsEndTheCommandWithOneLine) {
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_EQ(count_lines(r.out), 1) << r.out;
   EXPECT_TRUE(has(r.out, "FMOE_DEBUG_SYNC=\"2\" must be 0 or 1")) << r.out;
-  // The 4-bit decode GEMVs' K split and fast mode's bf16 route rows.
+  // The 4-bit decode GEMVs' K split, fast mode's bf16 route rows, the schedule's routes a thread.
   for (const auto& [knob, want] : std::vector<std::pair<std::string, std::string>>{
            {"FMOE_GEMV_SPLIT=3", "FMOE_GEMV_SPLIT=\"3\" must be 1, 2 or 4"},
            {"FMOE_GEMV_SPLIT=8", "FMOE_GEMV_SPLIT=\"8\" is out of range"},
-           {"FMOE_ROWS16_MIN_T=-1", "FMOE_ROWS16_MIN_T=\"-1\" is out of range"}}) {
+           {"FMOE_ROWS16_MIN_T=-1", "FMOE_ROWS16_MIN_T=\"-1\" is out of range"},
+           {"FMOE_SCHEDULE_ROUTES=3", "FMOE_SCHEDULE_ROUTES=\"3\" must be 1, 2, 4 or 8"},
+           {"FMOE_SCHEDULE_ROUTES=16", "FMOE_SCHEDULE_ROUTES=\"16\" is out of range"}}) {
     const Result k = run_cli("run --backend cpu --tokens 1 --config " + cfg, knob);
     EXPECT_EQ(k.code, 1) << knob << "\n" << k.out;
     EXPECT_EQ(count_lines(k.out), 1) << knob << "\n" << k.out;
