@@ -1,21 +1,33 @@
 #!/usr/bin/env bash
-# DRAFT (not run), ~7 min. Binaries: .device_carry/c2/{base,cl} (fusedmoe, test_layer_gpu), built at session 41's
-# end with `scripts/build_variants.sh .device_carry/c2 cl=docs/wip/cluster_multicast.diff` (base = main e9ab434,
-# whose device code is 905d893 + 4090264's; rebuild if main's device code changed or the folder is gone, ~15 min).
-# Carry .device_carry/c2.
-# 1. The relaxed cluster form: its tests, racecheck of SanitizerSmall (it forces the cluster config), and both
-#    gate/ups under ncu at real clocks (qwen3-30b-a3b T=8192): what is left after the membar (session 41: parity).
-# 2. qwen's down GEMM at short K (K = 768: six k-blocks) with the ring holding the whole K: the one-wave 6-stage
-#    config forced against the rule's two-wave 3-stage one and the two-wave 4-stage one (T = 2048, 4096).
-# 3. route_quant's stalls at qwen3-30b-a3b T=8192 (36 us against a ~12 us floor; two forms lost blind).
+# DRAFT (not run), ~7-8 min. Binaries: .device_carry/s42/{base,rq,cl} (fusedmoe, test_layer_gpu, test_moe_fp8_gpu,
+# test_moe_fp8_stages_gpu), built at session 41's end with
+#   BUILD_TARGETS="fusedmoe test_layer_gpu test_moe_fp8_gpu test_moe_fp8_stages_gpu" scripts/build_variants.sh \
+#     .device_carry/s42 rq=docs/wip/route_quant_fewer_instructions.diff cl=docs/wip/cluster_multicast.diff
+# (base = main 9715f72; rebuild if main's device code changed or the folder is gone, ~20 min here). Carry .device_carry/s42.
+# 1. rq: its routing and stage tests, racecheck / memcheck / synccheck / initcheck of their sanitizer cases, and the
+#    layer A/B against base (route_quant at T = 2048 / 8192, three presets; decode sizes too: the routing runs there).
+# 2. cl (the relaxed cluster form, FMOE_CLUSTER=1): both gate/ups under ncu at real clocks (qwen3-30b-a3b T=8192):
+#    what is left after the membar (session 41: parity).
 set -u
 export FMOE_NO_SETUP=1
-V=.device_carry/c2; R=$OUT/r; mkdir -p $R
-for d in base cl; do for f in $V/$d/*.xz; do xz -d -f -T0 $f; done; chmod +x $V/$d/*; done
-timeout 120 $V/cl/test_layer_gpu --gtest_filter='LayerGpu.Clusters*:LayerGpu.SanitizerSmall' > $R/test.txt 2>&1
-echo "cl tests rc=$?"; grep -E "^\[  (PASSED|FAILED) |Failure" $R/test.txt | head
+V=.device_carry/s42; R=$OUT/r; mkdir -p $R
+for d in base rq cl; do for f in $V/$d/*.xz; do xz -d -f -T0 $f; done; chmod +x $V/$d/*; done
+s=$SECONDS; timeout 150 $V/rq/test_moe_fp8_gpu > $R/rq_moe.txt 2>&1; echo "rq test_moe_fp8_gpu rc=$? $((SECONDS-s)) s"
+grep -E "^\[  (PASSED|FAILED) |Failure" $R/rq_moe.txt | head -5
+timeout 60 $V/rq/test_moe_fp8_stages_gpu > $R/rq_stages.txt 2>&1; echo "rq stages rc=$?"
+timeout 120 $V/rq/test_layer_gpu --gtest_filter='LayerGpu.GivenRouting*:LayerGpu.EveryPresetShrunk:LayerGpu.SanitizerSmall:LayerGpu.Nvfp4*' > $R/rq_layer.txt 2>&1
+echo "rq layer rc=$?"; grep -E "^\[  (PASSED|FAILED) |Failure" $R/rq_stages.txt $R/rq_layer.txt | head -6
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer)
-n=$(timeout 90 scripts/sanitize_binary.sh $SAN racecheck $V/cl/test_layer_gpu $R/racecheck.txt); echo "cl racecheck rc=$? reports=$n"
+for tool in racecheck memcheck synccheck initcheck; do
+  n=$(timeout 60 scripts/sanitize_binary.sh $SAN $tool $V/rq/test_moe_fp8_gpu $R/rq_$tool.txt); echo "rq $tool rc=$? reports=$n"
+done
+A="--presets qwen3-30b-a3b,deepseek-v3,qwen3.5-35b-a3b --tokens 1,64,2048,8192 --stages on"
+for d in base rq; do
+  timeout 80 $V/$d/fusedmoe bench --op layer $A --json $R/ab_$d.json > $R/ab_$d.txt 2>&1; echo "bench $d rc=$?"
+done
+python3 scripts/bench_compare.py base=$R/ab_base.json rq=$R/ab_rq.json > $R/compare.txt 2>&1
+grep -E "route_quant|^layer  |geomean" $R/compare.txt
+tar cJf $OUT/r.txz -C $OUT r
 for d in base cl; do
   env_cl=""; [ $d = cl ] && env_cl="FMOE_CLUSTER=1"
   env $env_cl NCU_KERNELS=1 NCU_ARGS="--clock-control none" timeout 120 \
@@ -23,14 +35,4 @@ for d in base cl; do
   grep -E "Duration|SM Frequency|Compute \(SM\) Throughput|L2 Cache Throughput|DRAM Throughput|Grid Size|Cluster Size" $R/ncu_$d/*.txt | head -8
   head -16 $R/ncu_$d/*_stalls.txt; rm -f $R/ncu_$d/*.ncu-rep
 done
-for c in rule down_fp8_bt128_tm_h128_s6 down_fp8_bt128_w2_tm_h128_s4; do
-  e=FMOE_X=0; [ $c = rule ] || e=FMOE_FORCE_CONFIG=$c
-  env $e timeout 60 $V/base/fusedmoe bench --op layer --presets qwen3-30b-a3b,qwen3.5-35b-a3b --tokens 2048,4096 \
-    --stages on --json $R/down_$c.json > $R/down_$c.txt 2>&1; echo "down $c rc=$?"
-done
-python3 scripts/bench_compare.py rule=$R/down_rule.json w1s6=$R/down_down_fp8_bt128_tm_h128_s6.json \
-  w2s4=$R/down_down_fp8_bt128_w2_tm_h128_s4.json 2>&1 | grep -E "down|^layer  |geomean"
-NCU_REGEX=route_quant NCU_KERNELS=1 timeout 100 scripts/ncu_layer.sh $V/base/fusedmoe qwen3-30b-a3b 8192 $R/ncu_rq
-grep -E "Duration|DRAM Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit" $R/ncu_rq/*.txt | head -8
-head -20 $R/ncu_rq/*_stalls.txt; rm -f $R/ncu_rq/*.ncu-rep
 tar cJf $OUT/r.txz -C $OUT r; rm -rf $OUT/r
