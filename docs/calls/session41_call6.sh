@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# Session 41 call 6, run inline on the still-warm machine (this file records the command as run). Carry
+# .device_carry/c2 (base = main e9ab434, cl = + docs/wip/cluster_multicast.diff with the relaxed release).
+# route_quant's stalls under ncu (item 3 of docs/wip/next_call_s42.sh at the time), then the cluster tests.
+set -u; V=.device_carry/c2; R=$OUT/r; mkdir -p $R; for d in base cl; do for f in $V/$d/*.xz; do xz -d -f -T0 $f; done; chmod +x $V/$d/*; done; NCU_REGEX=route_quant NCU_KERNELS=1 timeout 70 scripts/ncu_layer.sh $V/base/fusedmoe qwen3-30b-a3b 8192 $R/ncu_rq; grep -E "Duration|DRAM Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|L2 Hit|Mem Busy" $R/ncu_rq/*.txt | head -12; head -22 $R/ncu_rq/*_stalls.txt; rm -f $R/ncu_rq/*.ncu-rep; tar cJf $OUT/r.txz -C $OUT r; timeout 80 $V/cl/test_layer_gpu --gtest_filter='LayerGpu.Clusters*:LayerGpu.SanitizerSmall' > $R/cltest.txt 2>&1; echo "cl tests rc=$?"; grep -E "^\[  (PASSED|FAILED) |Failure" $R/cltest.txt | head -5; tar cJf $OUT/r.txz -C $OUT r; rm -rf $OUT/r
