@@ -3,7 +3,7 @@
 # test_moe_fp8_stages_gpu), built at session 41's end with
 #   BUILD_TARGETS="fusedmoe test_layer_gpu test_moe_fp8_gpu test_moe_fp8_stages_gpu" scripts/build_variants.sh \
 #     .device_carry/s42 rq=docs/wip/route_quant_fewer_instructions.diff cl=docs/wip/cluster_multicast.diff
-# (base = main 9715f72; rebuild if main's device code changed or the folder is gone, ~20 min here). Carry .device_carry/s42.
+# (base = main 9715f72; cl built on 5a8dc8f, the same device code; rebuild if main's device code changed or the folder is gone, ~20 min here). Carry .device_carry/s42.
 # 1. rq: its routing and stage tests, racecheck / memcheck / synccheck / initcheck of their sanitizer cases, and the
 #    layer A/B against base (route_quant at T = 2048 / 8192, three presets; decode sizes too: the routing runs there).
 # 2. cl (the relaxed cluster form, FMOE_CLUSTER=1): both gate/ups under ncu at real clocks (qwen3-30b-a3b T=8192):
