@@ -19,11 +19,13 @@ namespace fusedmoe::detail {
 // blocks, one per half-warp; warp w takes passes w, w + num_warps, ...; all its lanes call this.
 // kBf16Out: write bf16(a) (the bf16 layer's rows) instead of codes and scales. kBatch: 16-byte
 // loads in flight per lane (4 registers each).
-template <bool kBf16Out, int kBatch = 2>
-__device__ __forceinline__ void quantize_row(const __nv_bfloat16* __restrict__ x, int K, float w_in,
-                                             bool scale_input, uint8_t* __restrict__ q,
-                                             float* __restrict__ scales, int warp, int num_warps,
-                                             int lane) {
+// kScaleInput: the weight goes on the input (bf16(x * w_in) is quantized). A template parameter,
+// not a run-time test inside the loop: predicated-off instructions still issue, and route_quant
+// is bound by issue at large T (session 41, ncu: not_selected + math + selected 45% of stalls).
+template <bool kBf16Out, int kBatch, bool kScaleInput>
+__device__ __forceinline__ void quantize_row_as(const __nv_bfloat16* __restrict__ x, int K, float w_in,
+                                                uint8_t* __restrict__ q, float* __restrict__ scales,
+                                                int warp, int num_warps, int lane) {
   const int chunks = K / 8;  // 16-byte chunks of 8 bf16; 16 chunks make one 128-column block
   const int num_blocks = (K + 127) / 128;
   for (int p0 = warp; 32 * p0 < chunks; p0 += num_warps * kBatch) {
@@ -41,7 +43,7 @@ __device__ __forceinline__ void quantize_row(const __nv_bfloat16* __restrict__ x
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         float2 v = __bfloat1622float2(h[i]);
-        if (scale_input) {  // the weight goes on the input: the kernel quantizes bf16(x * w)
+        if constexpr (kScaleInput) {  // the kernel quantizes bf16(x * w)
           v.x = __bfloat162float(__float2bfloat16_rn(v.x * w_in));
           v.y = __bfloat162float(__float2bfloat16_rn(v.y * w_in));
         }
@@ -79,6 +81,17 @@ __device__ __forceinline__ void quantize_row(const __nv_bfloat16* __restrict__ x
       if ((lane & 15) == 0 && block < num_blocks) scales[block] = scale;
     }
   }
+}
+
+template <bool kBf16Out, int kBatch = 2>
+__device__ __forceinline__ void quantize_row(const __nv_bfloat16* __restrict__ x, int K, float w_in,
+                                             bool scale_input, uint8_t* __restrict__ q,
+                                             float* __restrict__ scales, int warp, int num_warps,
+                                             int lane) {
+  if (scale_input)
+    quantize_row_as<kBf16Out, kBatch, true>(x, K, w_in, q, scales, warp, num_warps, lane);
+  else
+    quantize_row_as<kBf16Out, kBatch, false>(x, K, w_in, q, scales, warp, num_warps, lane);
 }
 
 }  // namespace fusedmoe::detail

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "fusedmoe/config.hpp"
 #include "route/route.hpp"
@@ -57,7 +58,7 @@ __device__ __forceinline__ void tree_level(V* tv, int* te, V* ts) {
 }
 
 // The best (value, expert, score) of this lane's candidates in `avail`: a log2(kPer)-level tree,
-// so the dependency chain is 3-4 comparisons, not 8-16.
+// so the dependency chain is 2-4 comparisons, not 4-16.
 template <typename V, int kPer>
 __device__ __forceinline__ void lane_best(const V (&choice)[kPer], const V (&score)[kPer],
                                           uint32_t avail, int lane, V& v, int& e, V& s) {
@@ -70,14 +71,41 @@ __device__ __forceinline__ void lane_best(const V (&choice)[kPer], const V (&sco
     te[i] = ok ? lane + 32 * i : (1 << 30);
     ts[i] = score[i];
   }
-  static_assert(kPer == 8 || kPer == 16, "the tree below has 3 or 4 levels");
+  static_assert(kPer == 4 || kPer == 8 || kPer == 16, "the tree below has 2, 3 or 4 levels");
   if constexpr (kPer == 16) tree_level<8>(tv, te, ts);
-  tree_level<4>(tv, te, ts);
+  if constexpr (kPer >= 8) tree_level<4>(tv, te, ts);
   tree_level<2>(tv, te, ts);
   tree_level<1>(tv, te, ts);
   v = tv[0];
   e = te[0];
   s = ts[0];
+}
+
+// Sorts a lane's candidates best first by `better` (a bitonic network: every index compile-time,
+// so the arrays stay in registers), the score travelling with its value when kWithScore.
+template <typename V, int kPer, bool kWithScore, int kS>
+__device__ __forceinline__ void sort_best_first(V (&v)[kPer], int (&e)[kPer], V (&s)[kS]) {
+#pragma unroll
+  for (int k = 2; k <= kPer; k *= 2)
+#pragma unroll
+    for (int j = k / 2; j > 0; j /= 2)
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int l = i ^ j;
+        if (l <= i) continue;
+        // Runs whose bit k is clear end best first (all of them at the last merge, k = kPer).
+        const bool swap = (i & k) == 0 ? better(v[l], e[l], v[i], e[i]) : better(v[i], e[i], v[l], e[l]);
+        if (swap) {
+          const V tv = v[i];
+          const int te = e[i];
+          v[i] = v[l], e[i] = e[l];
+          v[l] = tv, e[l] = te;
+          if constexpr (kWithScore) {
+            const V ts = s[i];
+            s[i] = s[l], s[l] = ts;
+          }
+        }
+      }
 }
 
 // The kept groups of the grouped top-k when every group is whole lanes' slices: with
@@ -188,8 +216,9 @@ __device__ __forceinline__ void route_token_warp(const RouteDeviceParams& p, con
   const int per_group = p.num_groups > 1 ? p.E / p.num_groups : 0;
   const int slice = per_group % 32 == 0 ? per_group / 32 : 0;  // candidates per lane and group
   bool grouped = fn == RoutingFn::sigmoid_grouped_topk && p.num_groups > 1;
-  // (E <= 256 only: with 16 candidates a lane the per-group arrays spill.)
-  if constexpr (kPer == 8) {
+  // (E <= 256 only: with 16 candidates a lane the per-group arrays spill. With E <= 32 kPer,
+  // num_groups = E / (32 slice) <= kPer / slice, the function's group slots.)
+  if constexpr (kPer == 4 || kPer == 8) {
     if (grouped && (slice == 1 || slice == 2 || slice == 4) && p.num_groups * per_group == p.E) {
       if (slice == 1) avail = kept_groups_sliced<V, kPer, 1>(choice, avail, p.num_groups, p.topk_groups);
       else if (slice == 2) avail = kept_groups_sliced<V, kPer, 2>(choice, avail, p.num_groups, p.topk_groups);
@@ -241,23 +270,70 @@ __device__ __forceinline__ void route_token_warp(const RouteDeviceParams& p, con
       if (!((kept >> gid[i]) & 1u)) avail &= ~(1u << i);
   }
 
-  // Top-k by repeated warp argmax. Lane j keeps choice j: its id, choice value and score.
+  // Lane j keeps choice j: its id, choice value and score.
   int my_id = -1;
   double my_choice = -INFINITY, my_score = 0.0;
-  for (int j = 0; j < p.k; ++j) {
-    V v, v_score;
-    int e_best;
-    lane_best(choice, score, avail, lane, v, e_best, v_score);
-    const int lane_candidate = e_best;
-    warp_best(v, e_best);
-    // The owner lane's own best is the winner: no run-time index into the register arrays.
-    const bool owner = lane_candidate == e_best;
-    if (owner) avail &= ~(1u << (e_best >> 5));
-    const V s = __shfl_sync(0xffffffffu, owner ? v_score : V(0), e_best & 31);
-    if (lane == j) {
-      my_id = e_best;
-      my_choice = double(v);
-      my_score = double(s);
+  if constexpr (kPer <= 8) {
+    // Top-k by repeated warp argmax over each lane's candidates, sorted best first once: a round
+    // takes the lanes' heads, and only the winner's lane moves on (its list shifts by one), so no
+    // lane searches its candidates again. (Searching them each round, the lane_best tree, was ~60%
+    // of a round's warp instructions, and route_quant is bound by issue at large T: session 41.)
+    // An unavailable candidate sorts last as (-inf, 1 << 30), as lane_best ranks it.
+    // With V = float the score is the choice (the launcher takes float only for such routing
+    // functions), so no score travels with the sort.
+    constexpr bool kOwnScore = !std::is_same_v<V, float>;
+    V sv[kPer], ss[kOwnScore ? kPer : 1];
+    int se[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const bool ok = (avail >> i) & 1u;
+      sv[i] = ok ? choice[i] : V(-INFINITY);
+      se[i] = ok ? lane + 32 * i : (1 << 30);
+      if constexpr (kOwnScore) ss[i] = score[i];
+    }
+    sort_best_first<V, kPer, kOwnScore>(sv, se, ss);
+    for (int j = 0; j < p.k; ++j) {
+      V v = sv[0];
+      int e_best = se[0];
+      warp_best(v, e_best);
+      // The owner lane's head is the winner: no run-time index into the register arrays.
+      const bool owner = se[0] == e_best;
+      V s = v;
+      if constexpr (kOwnScore) s = __shfl_sync(0xffffffffu, owner ? ss[0] : V(0), e_best & 31);
+      if (owner) {
+#pragma unroll
+        for (int i = 0; i + 1 < kPer; ++i) {
+          sv[i] = sv[i + 1];
+          se[i] = se[i + 1];
+          if constexpr (kOwnScore) ss[i] = ss[i + 1];
+        }
+        sv[kPer - 1] = V(-INFINITY);
+        se[kPer - 1] = 1 << 30;
+      }
+      if (lane == j) {
+        my_id = e_best;
+        my_choice = double(v);
+        my_score = double(s);
+      }
+    }
+  } else {
+    // 16 candidates a lane: the sorted lists spill (200 bytes of stack in the double kernel, 48
+    // this way), so each round searches the lane's candidates again (lane_best).
+    for (int j = 0; j < p.k; ++j) {
+      V v, v_score;
+      int e_best;
+      lane_best(choice, score, avail, lane, v, e_best, v_score);
+      const int lane_candidate = e_best;
+      warp_best(v, e_best);
+      // The owner lane's own best is the winner: no run-time index into the register arrays.
+      const bool owner = lane_candidate == e_best;
+      if (owner) avail &= ~(1u << (e_best >> 5));
+      const V s = __shfl_sync(0xffffffffu, owner ? v_score : V(0), e_best & 31);
+      if (lane == j) {
+        my_id = e_best;
+        my_choice = double(v);
+        my_score = double(s);
+      }
     }
   }
 

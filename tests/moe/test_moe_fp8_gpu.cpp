@@ -172,6 +172,32 @@ TEST(MoeFp8Gpu, GroupedRoutingEveryGroupWidthAndTies) {
     }
 }
 
+// The plain top-k at every candidates-a-lane width the kernel compiles (4 for E <= 128, 8 for
+// E <= 256, 16 above) with logits rounded to a few values, so that many experts tie: each lane's
+// candidates are sorted once and popped (sort_best_first), which must rank ties to the lower
+// expert as the reference does. Softmax on float, softcapped softmax on double.
+TEST(MoeFp8Gpu, TopkTiesAtEveryLaneWidth) {
+  FMOE_SKIP_WITHOUT_GPU();
+  for (const int E : {32, 64, 128, 160, 256, 384})
+    for (const float softcap : {0.0f, 30.0f}) {
+      Problem pb = base(41, E, 8, 256, 512, ReductionMode::fast);
+      pb.routing = RoutingConfig{};
+      pb.routing.softcap = softcap;
+      const uint64_t seed = seeds_for(hash_ints({E, int(softcap)}))[0];
+      Inputs in = make_inputs(pb, seed);
+      for (float& l : in.logits) l = std::round(l * 0.5f);  // ~9 values: every token has ties
+      in.d_logits = DeviceBuffer::from(in.logits);
+      in.d_y.fill(0xFF);
+      const MoeFp8ProjectionArgs a = make_args(pb, in);
+      moe_fp8_projection(a, in.d_ws.get(), in.ws_bytes, nullptr);
+      FMOE_CUDA(cudaDeviceSynchronize());
+      const std::string ctx = pb.describe() + strf(" ties softcap %g seed %llu", softcap, (unsigned long long)seed);
+      check_routing(pb, in, ctx);
+      if (testing::Test::HasFatalFailure()) return;
+      check_against_ref(pb, in, y_host(pb, in), ctx);
+    }
+}
+
 TEST(MoeFp8Gpu, HotExpertAndAllTokensToOneExpert) {
   FMOE_SKIP_WITHOUT_GPU();
   for (ReductionMode m : kModes) {
