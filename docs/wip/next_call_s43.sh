@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# DRAFT (not run), ~6-7 min: docs/wip/fp8_layer_wide_tiles.diff (the FP8 layer at BLOCK_T=128 from 32 rows per expert,
+# 16 where H >= 4096, when both GEMMs can take two waves; host code only). Binaries in .device_carry/s43/{base,wide}
+# (fusedmoe, test_layer_gpu, test_ep_layer_gpu, test_checkpoint_gpu), built at session 42's end with
+#   BUILD_TARGETS="fusedmoe test_layer_gpu test_ep_layer_gpu test_checkpoint_gpu" scripts/build_variants.sh \
+#     .device_carry/s43 wide=docs/wip/fp8_layer_wide_tiles.diff
+# (base = main e2b510d+, device code of 3c96531; rebuild if main's code changed or the folder is gone, ~5 min here).
+# Carry .device_carry/s43. 1. wide's layer tests (GraphReplaysAndDeterminism's oracle now takes the plan's scale
+# block). 2. The layer, base / wide, even loads, the rows per expert around both thresholds; deepseek-v3 under its
+# model routing too. Ship if every changed row is faster (then gpu_check: the kernels are main's, but the configs
+# chosen at those sizes change).
+set -u
+export FMOE_NO_SETUP=1
+V=.device_carry/s43; R=$OUT/r; mkdir -p $R
+for d in base wide; do xz -d -f -T0 $V/$d/*.xz; chmod +x $V/$d/*; done
+for b in test_layer_gpu test_ep_layer_gpu test_checkpoint_gpu; do
+  s=$SECONDS; timeout 200 $V/wide/$b > $R/$b.txt 2>&1; rc=$?
+  echo "$b rc=$rc $((SECONDS-s)) s: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' $R/$b.txt | tr '\n' ' ')"
+done
+tar cJf $OUT/r.txz -C $OUT r
+# rows per expert: deepseek-v3 / qwen3.5 (E 256, k 8) T/32; qwen3-30b-a3b T/16; gpt-oss-120b (k 4) T/32.
+for d in base wide; do
+  s=$SECONDS
+  timeout 100 $V/$d/fusedmoe bench --op layer --presets deepseek-v3,qwen3.5-35b-a3b --tokens 448,512,768,1024,1280 \
+    --routing unbiased --json $R/a_$d.json > $R/a_$d.txt 2>&1; echo "bench a $d rc=$? $((SECONDS-s)) s"
+  timeout 60 $V/$d/fusedmoe bench --op layer --presets qwen3-30b-a3b,gpt-oss-120b --tokens 256,384,512,640,1024 \
+    --routing unbiased --json $R/b_$d.json > $R/b_$d.txt 2>&1; echo "bench b $d rc=$? $((SECONDS-s)) s"
+  timeout 60 $V/$d/fusedmoe bench --op layer --presets deepseek-v3 --tokens 512,768,1024 \
+    --json $R/c_$d.json > $R/c_$d.txt 2>&1; echo "bench c $d rc=$? $((SECONDS-s)) s"
+  tar cJf $OUT/r.txz -C $OUT r
+done
+for x in a b c; do
+  python3 scripts/bench_compare.py base=$R/${x}_base.json wide=$R/${x}_wide.json 2>&1 | grep -E "^layer |geomean"
+done
+grep -hE "^layer " $R/*_wide.txt | awk '{print $2, $3, $4, $5}' | sort -u | head -30
+tar cJf $OUT/r.txz -C $OUT r; rm -rf $OUT/r
