@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DRAFT (not run), ~6-7 min: docs/wip/fp8_layer_wide_tiles.diff (the FP8 layer at BLOCK_T=128 from 32 rows per expert,
+# DRAFT (not run), ~8 min: docs/wip/fp8_layer_wide_tiles.diff (the FP8 layer at BLOCK_T=128 from 32 rows per expert,
 # 16 where H >= 4096, when both GEMMs can take two waves; host code only). Binaries in .device_carry/s43/{base,wide}
 # (fusedmoe, test_layer_gpu, test_ep_layer_gpu, test_checkpoint_gpu), built at session 42's end with
 #   BUILD_TARGETS="fusedmoe test_layer_gpu test_ep_layer_gpu test_checkpoint_gpu" scripts/build_variants.sh \
@@ -29,6 +29,16 @@ for d in base wide; do
     --json $R/c_$d.json > $R/c_$d.txt 2>&1; echo "bench c $d rc=$? $((SECONDS-s)) s"
   tar cJf $OUT/r.txz -C $OUT r
 done
+# 3. (base only) fast mode's bf16 route rows below the 50 MB rule (FMOE_ROWS16_MIN_T=1): the down GEMM's epilogue
+#    is 16-40% of it at T <= 4096 on the qwen presets as fp32 atomics (session 42 call 2); the rows now leave by TMA
+#    stores in slot order (from 128 routes per expert) and finalize reads them by bulk copies, which the rule's
+#    measurement (session 23, H100) predates.
+for v in rule rows16; do
+  e=FMOE_X=0; [ $v = rows16 ] && e=FMOE_ROWS16_MIN_T=1
+  s=$SECONDS; env $e timeout 60 $V/base/fusedmoe bench --op layer --presets qwen3-30b-a3b,qwen3.5-35b-a3b \
+    --tokens 1024,2048,4096 --stages on --json $R/d_$v.json > $R/d_$v.txt 2>&1; echo "bench d $v rc=$? $((SECONDS-s)) s"
+done
+python3 scripts/bench_compare.py rule=$R/d_rule.json rows16=$R/d_rows16.json 2>&1 | grep -E "^layer(\.down|\.finalize)? |geomean"
 for x in a b c; do
   python3 scripts/bench_compare.py base=$R/${x}_base.json wide=$R/${x}_wide.json 2>&1 | grep -E "^layer |geomean"
 done
