@@ -57,6 +57,19 @@ __device__ __forceinline__ void tree_level(V* tv, int* te, V* ts) {
     }
 }
 
+// This lane's candidates as (value, expert), the ones not in `avail` as (-inf, 1 << 30): ranked
+// last by `better`, whatever the others' values.
+template <typename V, int kPer>
+__device__ __forceinline__ void lane_candidates(const V (&choice)[kPer], uint32_t avail, int lane,
+                                                V (&v)[kPer], int (&e)[kPer]) {
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const bool ok = (avail >> i) & 1u;
+    v[i] = ok ? choice[i] : V(-INFINITY);
+    e[i] = ok ? lane + 32 * i : (1 << 30);
+  }
+}
+
 // The best (value, expert, score) of this lane's candidates in `avail`: a log2(kPer)-level tree,
 // so the dependency chain is 2-4 comparisons, not 4-16.
 template <typename V, int kPer>
@@ -64,13 +77,9 @@ __device__ __forceinline__ void lane_best(const V (&choice)[kPer], const V (&sco
                                           uint32_t avail, int lane, V& v, int& e, V& s) {
   V tv[kPer], ts[kPer];
   int te[kPer];
+  lane_candidates(choice, avail, lane, tv, te);
 #pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const bool ok = (avail >> i) & 1u;
-    tv[i] = ok ? choice[i] : V(-INFINITY);
-    te[i] = ok ? lane + 32 * i : (1 << 30);
-    ts[i] = score[i];
-  }
+  for (int i = 0; i < kPer; ++i) ts[i] = score[i];
   static_assert(kPer == 4 || kPer == 8 || kPer == 16, "the tree below has 2, 3 or 4 levels");
   if constexpr (kPer == 16) tree_level<8>(tv, te, ts);
   if constexpr (kPer >= 8) tree_level<4>(tv, te, ts);
@@ -278,18 +287,16 @@ __device__ __forceinline__ void route_token_warp(const RouteDeviceParams& p, con
     // takes the lanes' heads, and only the winner's lane moves on (its list shifts by one), so no
     // lane searches its candidates again. (Searching them each round, the lane_best tree, was ~60%
     // of a round's warp instructions, and route_quant is bound by issue at large T: session 41.)
-    // An unavailable candidate sorts last as (-inf, 1 << 30), as lane_best ranks it.
+    // An unavailable candidate sorts last (lane_candidates), as lane_best ranks it.
     // With V = float the score is the choice (the launcher takes float only for such routing
     // functions), so no score travels with the sort.
     constexpr bool kOwnScore = !std::is_same_v<V, float>;
     V sv[kPer], ss[kOwnScore ? kPer : 1];
     int se[kPer];
+    lane_candidates(choice, avail, lane, sv, se);
+    if constexpr (kOwnScore) {
 #pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const bool ok = (avail >> i) & 1u;
-      sv[i] = ok ? choice[i] : V(-INFINITY);
-      se[i] = ok ? lane + 32 * i : (1 << 30);
-      if constexpr (kOwnScore) ss[i] = score[i];
+      for (int i = 0; i < kPer; ++i) ss[i] = score[i];
     }
     sort_best_first<V, kPer, kOwnScore>(sv, se, ss);
     for (int j = 0; j < p.k; ++j) {
