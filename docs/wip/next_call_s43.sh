@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DRAFT (not run), ~8 min: docs/wip/fp8_layer_wide_tiles.diff (the FP8 layer at BLOCK_T=128 from 32 rows per expert,
+# DRAFT (not run), ~9 min: docs/wip/fp8_layer_wide_tiles.diff (the FP8 layer at BLOCK_T=128 from 32 rows per expert,
 # 16 where H >= 4096, when both GEMMs can take two waves; host code only). Binaries in .device_carry/s43/{base,wide}
 # (fusedmoe, test_layer_gpu, test_ep_layer_gpu, test_checkpoint_gpu), built at session 42's end with
 #   BUILD_TARGETS="fusedmoe test_layer_gpu test_ep_layer_gpu test_checkpoint_gpu" scripts/build_variants.sh \
@@ -39,6 +39,13 @@ for v in rule rows16; do
     --tokens 1024,2048,4096 --stages on --json $R/d_$v.json > $R/d_$v.txt 2>&1; echo "bench d $v rc=$? $((SECONDS-s)) s"
 done
 python3 scripts/bench_compare.py rule=$R/d_rule.json rows16=$R/d_rows16.json 2>&1 | grep -E "^layer(\.down|\.finalize)? |geomean"
+# 4. (base) where the down GEMM's 1.6x reduction sectors come from (session 41: 6.84 M against ~4.2 M for the sums):
+#    the sectors the SMs send against those the L2 fabric forwards between its partitions, qwen3-30b-a3b T=2048.
+NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
+timeout 120 $NCU --kernel-name regex:grouped_gemm_kernel --launch-skip 1 --launch-count 1 --metrics \
+  lts__t_sectors_op_red.sum,lts__t_sectors_srcunit_tex_op_red.sum,lts__t_sectors_srcunit_ltcfabric_op_red.sum,lts__t_requests_srcunit_tex_op_red.sum,gpu__time_duration.sum \
+  $V/base/fusedmoe bench --op layer --presets qwen3-30b-a3b --tokens 2048 --mode fast --stages off > $R/ncu_red.txt 2>&1
+echo "ncu red rc=$?"; grep -E "lts__|gpu__time" $R/ncu_red.txt | head -8
 for x in a b c; do
   python3 scripts/bench_compare.py base=$R/${x}_base.json wide=$R/${x}_wide.json 2>&1 | grep -E "^layer |geomean"
 done
