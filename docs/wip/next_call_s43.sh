@@ -21,9 +21,9 @@ tar cJf $OUT/r.txz -C $OUT r
 # rows per expert: deepseek-v3 / qwen3.5 (E 256, k 8) T/32; qwen3-30b-a3b T/16; gpt-oss-120b (k 4) T/32.
 for d in base wide; do
   s=$SECONDS
-  timeout 100 $V/$d/fusedmoe bench --op layer --presets deepseek-v3,qwen3.5-35b-a3b --tokens 448,512,768,1024,1280 \
+  timeout 100 $V/$d/fusedmoe bench --op layer --presets deepseek-v3,qwen3.5-35b-a3b --tokens 512,768,1024,1280 \
     --routing unbiased --json $R/a_$d.json > $R/a_$d.txt 2>&1; echo "bench a $d rc=$? $((SECONDS-s)) s"
-  timeout 60 $V/$d/fusedmoe bench --op layer --presets qwen3-30b-a3b,gpt-oss-120b --tokens 256,384,512,640,1024 \
+  timeout 60 $V/$d/fusedmoe bench --op layer --presets qwen3-30b-a3b,gpt-oss-120b --tokens 256,512,640,1024 \
     --routing unbiased --json $R/b_$d.json > $R/b_$d.txt 2>&1; echo "bench b $d rc=$? $((SECONDS-s)) s"
   timeout 60 $V/$d/fusedmoe bench --op layer --presets deepseek-v3 --tokens 512,768,1024 \
     --json $R/c_$d.json > $R/c_$d.txt 2>&1; echo "bench c $d rc=$? $((SECONDS-s)) s"
