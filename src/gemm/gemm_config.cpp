@@ -204,6 +204,27 @@ int select_waves(const GemmFamily& f, int block_t, int nb, int K, const std::str
   return waves;
 }
 
+// Measured on H200 (session 42, docs/performance.md; layer µs with even loads, the narrow rule ->
+// BLOCK_T=128 with two waves): deepseek-v3 (H = 7168) T=512, 16 rows, 3057.7 -> 2948.6 and T=1024,
+// 32 rows, 3475.7 -> 2990.6 (under the bench's skewed model routing 2707 -> 1988 and 3259 -> 2299);
+// qwen3.5-35b-a3b (H = 2048) 16 rows 273.7 -> 291.5 but 32 rows 314.8 -> 300.1; qwen3-30b-a3b
+// (H = 2048) 16 rows 183.8 -> 197.7, 32 rows 207.0 -> 205.7; gpt-oss-120b (45 and 23 weight tiles:
+// no two-wave tiles, so one-wave tokens-as-M) 853 -> 1265 and 987 -> 1330. So from 32 rows where
+// both GEMMs can take two waves, and from 16 where the gate/up's K is long as well (H >= 4096:
+// its tokens-as-M promotion, one per k-stage, saves the most there).
+bool fp8_layer_wide_tiles(double rows, int H, int up_weight_tiles, int down_weight_tiles, std::string* reason) {
+  if (up_weight_tiles % 2 != 0 || down_weight_tiles % 2 != 0) return false;
+  const char* why = nullptr;
+  if (rows >= 32)
+    why = ">= 32 rows per expert expected (FP8 layer, two waves possible): BLOCK_T=128 with two-wave "
+          "tokens-as-M tiles measured faster than 64";
+  else if (rows >= 16 && H >= 4096)
+    why = ">= 16 rows per expert and H >= 4096 (FP8 layer, two waves possible): BLOCK_T=128 with two-wave "
+          "tokens-as-M tiles measured faster than 32 / 64";
+  if (why && reason) *reason = why;
+  return why != nullptr;
+}
+
 int select_block_t(int T, int k, int E, const std::string& forced,
                    std::initializer_list<GemmFamily> families, std::string* reason) {
   if (!forced.empty()) {

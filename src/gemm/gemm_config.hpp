@@ -70,6 +70,10 @@ struct GemmFamily {
   GemmRows rows;
   GemmEpilogue epilogue;
 };
+/// Whether the FP8 layer takes BLOCK_T=128 (two-wave tokens-as-M tiles in both GEMMs) below
+/// select_block_t's 40 rows per expert: `rows` expected per expert, H the hidden size (the gate/up's
+/// K), the two GEMMs' 128-row weight tiles per expert. Sets `reason` when it does.
+bool fp8_layer_wide_tiles(double rows, int H, int up_weight_tiles, int down_weight_tiles, std::string* reason);
 int select_block_t(int T, int k, int E, const std::string& forced,
                    std::initializer_list<GemmFamily> families, std::string* reason);
 

@@ -41,6 +41,24 @@ TEST(GemmConfig, TileWidthFollowsRowsPerExpert) {
   EXPECT_EQ(bt4(1024, 8, 256), 64);
 }
 
+TEST(GemmConfig, Fp8LayerTakesWideTilesWhereMeasuredFaster) {
+  std::string why;
+  // deepseek-v3 (H 7168, 32 / 56 weight tiles): from 16 rows per expert.
+  EXPECT_TRUE(fp8_layer_wide_tiles(16, 7168, 32, 56, &why));
+  EXPECT_NE(why.find("H >= 4096"), std::string::npos) << why;
+  EXPECT_TRUE(fp8_layer_wide_tiles(32, 7168, 32, 56, nullptr));
+  EXPECT_FALSE(fp8_layer_wide_tiles(15.9, 7168, 32, 56, nullptr));
+  // qwen3.5-35b-a3b / qwen3-30b-a3b (H 2048): from 32 rows.
+  EXPECT_FALSE(fp8_layer_wide_tiles(16, 2048, 8, 16, nullptr));
+  EXPECT_FALSE(fp8_layer_wide_tiles(31, 2048, 12, 16, nullptr));
+  why.clear();
+  EXPECT_TRUE(fp8_layer_wide_tiles(32, 2048, 12, 16, &why));
+  EXPECT_NE(why.find(">= 32 rows"), std::string::npos) << why;
+  // gpt-oss-120b (45 / 23 weight tiles: no two-wave tiles): never.
+  EXPECT_FALSE(fp8_layer_wide_tiles(32, 2880, 45, 23, nullptr));
+  EXPECT_FALSE(fp8_layer_wide_tiles(39, 2880, 46, 23, nullptr));
+}
+
 TEST(GemmConfig, EveryFamilyHasEveryWidthAndNamesAreUnique) {
   std::set<std::string> names;
   for (int i = 0; i < int(GemmConfigId::count); ++i) {

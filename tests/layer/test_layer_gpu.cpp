@@ -184,7 +184,10 @@ TEST(LayerGpu, GraphReplaysAndDeterminism) {
     for (int i = 0; i < 5; ++i) FMOE_CUDA(cudaGraphLaunch(exec, s));
     FMOE_CUDA(cudaStreamSynchronize(s));
     const std::vector<uint16_t> last = d_y.to_host<uint16_t>();
-    const ref::LayerResult want = ref::moe_layer(d.lw, d.x.data(), d.logits.data(), T);
+    // The oracle quantizes the intermediate with the plan's scale block (64, or 128 after two-wave
+    // tokens-as-M gate/up tiles in fast mode).
+    const int h_block = detail::plan_layer_forward(g.layer->impl(), a, ws.get(), ws.bytes(), nullptr).h_block;
+    const ref::LayerResult want = ref::moe_layer(d.lw, d.x.data(), d.logits.data(), T, h_block);
     const cli::LayerCheck chk = cli::check_layer_output(last, want.y, H, true);
     EXPECT_TRUE(chk.ok()) << c.describe() << " after graph replays: "
                           << cli::describe_layer_check(chk, last, want.y, H);
