@@ -566,20 +566,28 @@ namespace detail {
 namespace {
 // Fast mode's down GEMM: fp32 atomics into the sums [T, H] (zeroed by route_quant), or one bf16
 // row per route into [T * k, H] that finalize sums in route order (so deterministic too). The
-// atomics read-modify-write their sums in L2: while the sums fit it they are cheap, once they
-// outgrow it each reduction costs a DRAM read and write. Measured on H100 (fast mode, layer µs,
-// atomics -> bf16 rows, docs/performance.md, session 23): sums larger than the 50 MB L2 gain
-// (deepseek-v3 T=2048 5025 -> 4853, T=8192 10305 -> 10001; qwen3.5 T=8192 1204 -> 1095;
-// qwen3-30b T=8192 1199 -> 1199; NVFP4 deepseek-v3 T=8192 13955 -> 13827), smaller ones lose
-// (qwen3.5 T=2048 463 -> 470: the rows' finalize reads k times the bytes). So the rows from
-// T * H * 4 bytes > kRows16MinSumBytes (H100 and H200 both have 50 MiB of L2; a fixed constant so
-// that workspace_size needs no device). FMOE_ROWS16_MIN_T=n: from T >= n instead (0: never).
+// atomics read-modify-write their sums in L2 (each sum's sectors counted again by the far L2
+// partition: ncu, session 43, 4.56 M sectors from the SMs, 6.84 M in all); the rows leave by TMA
+// stores and finalize reads k rows a token.
+// - Session 23 (H100, before the rows' TMA stores and finalize's bulk copies): rows won once the
+//   sums outgrow the 50 MB L2 (qwen3.5 T=8192 1204 -> 1095 µs) and lost below (T=2048 463 -> 470).
+// - Session 43 (H200, FP8 weights, layer µs atomics -> rows, unbiased routing): the rows win from
+//   4 MiB of sums: qwen3-30b-a3b T=512 206.7 -> 204.1, T=1024-4096 0.954-0.960; qwen3.5-35b-a3b
+//   T=512 0.997, T=1024-4096 0.956-0.982; deepseek-v3 T=512-1536 0.979-0.992; qwen3-235b-a22b
+//   T=512-3072 0.960-0.987; gpt-oss-120b T=1024-4096 0.987-0.993 (T=512 1.001); mixtral-8x7b
+//   0.994-1.013 (noise). Below they lose: qwen3-30b-a3b T=256 1.021, T=8 1.136 (finalize's
+//   fixed cost). NVFP4 / MXFP4 weights gain nothing there (qwen3.5 T=1024 / 2048 1.014 / 1.015,
+//   gpt-oss-120b 1.002-1.009), so they keep the 50 MiB line; the bf16 layer is not remeasured.
+// Fixed constants, so that workspace_size needs no device. FMOE_ROWS16_MIN_T=n: from T >= n
+// instead (0: never).
 constexpr int64_t kRows16MinSumBytes = int64_t(50) << 20;
-bool rows16_combine(int T, int H, ReductionMode mode) {
+constexpr int64_t kRows16MinSumBytesFp8 = int64_t(4) << 20;
+bool rows16_combine(int T, int H, bool fp8, ReductionMode mode) {
   if (mode != ReductionMode::fast) return false;
   const int knob = knobs().rows16_min_t;
   if (knob >= 0) return knob > 0 && T >= knob;
-  return int64_t(T) * H * 4 > kRows16MinSumBytes;
+  const int64_t sums = int64_t(T) * H * 4;
+  return fp8 ? sums >= kRows16MinSumBytesFp8 : sums > kRows16MinSumBytes;
 }
 
 // GEMM 1 can split K at decode when even T=1's tiles fit the partial buffers: the smallest
@@ -614,7 +622,7 @@ size_t layer_workspace_layout(const MoeLayer::Impl& L, int T, ReductionMode mode
   take(w.topk_ids, R);
   take(w.topk_weights, R);
   take(w.route_slot, R);
-  take(w.route_row, rows16_combine(T, L.H, mode) ? R : 0);
+  take(w.route_row, rows16_combine(T, L.H, L.fp8, mode) ? R : 0);
   take(w.sorted_route, int64_t(L.E_total) * T);
   // The rows GEMM 1 reads: fp8 always; bf16 only when they differ from x (weight on the input).
   const bool own_rows = L.fp8 || L.on_input;
@@ -624,7 +632,7 @@ size_t layer_workspace_layout(const MoeLayer::Impl& L, int T, ReductionMode mode
   take(w.h_scale, L.fp8 ? R * (L.I_pad / 64) : 0);
   // fp32 sums [T, H] (fast) or rows [R, H] (deterministic: fp32; fast at prefill: bf16).
   const int64_t acc_bytes = mode == ReductionMode::fast ? int64_t(T) * L.H * 4 : R * L.H * 4;
-  take(w.acc, std::max(acc_bytes, rows16_combine(T, L.H, mode) ? R * L.H * 2 : 0), 1);
+  take(w.acc, std::max(acc_bytes, rows16_combine(T, L.H, L.fp8, mode) ? R * L.H * 2 : 0), 1);
   const bool split = T > 0 && split_possible(L);
   take(w.split_partials, split ? int64_t(kMaxSplit) * kSplitMaxTiles * 256 * (kSplitBlockT / 2) : 0);
   take(w.split_counters, split ? kSplitMaxTiles : 0);
@@ -825,7 +833,7 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   plan.gemv = L.e2m1 && T <= std::min(gemv_max_t, kDecodeGemvMaxT);
   if (plan.gemv) plan.fused_schedule = false;
   // The decode GEMVs combine by their own rule (fp32 atomics in fast mode).
-  const bool rows16 = !plan.gemv && rows16_combine(T, H, a.mode);
+  const bool rows16 = !plan.gemv && rows16_combine(T, H, L.fp8, a.mode);
   // Configs that differ only in their k-stages: a forced one is taken as named; else the bf16
   // route rows take the twin that stages them (gemm_configs.def: a full token tile's rows leave
   // in slot order by TMA stores) where the experts average >= 128 routes, so most routes sit in

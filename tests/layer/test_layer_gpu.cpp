@@ -585,38 +585,44 @@ TEST(LayerGpu, FastModeBf16RouteRows) {
   }
 }
 
-TEST(LayerGpu, Bf16RouteRowsOnceTheSumsOutgrowTheL2) {
+TEST(LayerGpu, Bf16RouteRowsFromTheRulesSumBytes) {
   // The default rule (no knob): fast mode writes bf16 route rows once the fp32 sums T * H * 4
-  // bytes exceed 50 MiB, and keeps its atomics at or below; deterministic mode keeps fp32 rows; the
-  // workspace is sized for the rows exactly when the rule takes them. Planned only: the rows path
-  // itself is checked by FastModeBf16RouteRows.
+  // bytes reach 4 MiB with FP8 weights, or exceed 50 MiB with other weights, and keeps its
+  // atomics below; deterministic mode keeps fp32 rows; the workspace is sized for the rows
+  // exactly when the rule takes them. Planned only: the rows path itself is checked by
+  // FastModeBf16RouteRows.
   FMOE_SKIP_WITHOUT_GPU();
-  const MoeConfig cfg = scaled(find_preset("qwen3-30b-a3b"), 2048, 128, 8, Precision::fp8_block);
-  const LayerCase c0 = make_case(cfg, 1, ReductionMode::fast);
-  const LayerData d = make_layer_data(c0, 4100, /*codes=*/true);
-  const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
-  const int H = cfg.hidden, k = cfg.top_k;
-  const int at = int((int64_t(50) << 20) / (4 * H));  // T * H * 4 == 50 MiB
-  DeviceBuffer d_x(size_t(at + 1) * H * 2), d_logits(size_t(at + 1) * cfg.num_experts * 4),
-      d_y(size_t(at + 1) * H * 2);
-  for (int T : {at, at + 1})
-    for (ReductionMode m : kModes) {
-      MoeForwardArgs a;
-      a.x = TensorRef::contiguous(d_x.get(), DType::bf16, {T, H}, Device::cuda);
-      a.router_logits = TensorRef::contiguous(d_logits.get(), DType::f32, {T, cfg.num_experts}, Device::cuda);
-      a.y = TensorRef::contiguous(d_y.get(), DType::bf16, {T, H}, Device::cuda);
-      a.mode = m;
-      const size_t bytes = g.layer->workspace_size(T, m);
-      DeviceBuffer ws(bytes);
-      const detail::LayerPlan plan = detail::plan_layer_forward(g.layer->impl(), a, ws.get(), bytes, nullptr);
-      const bool rows = T > at && m == ReductionMode::fast;
-      EXPECT_EQ(plan.finalize.rows16 != nullptr, rows) << "T=" << T << " " << reduction_mode_name(m);
-      EXPECT_EQ(plan.down.out_type == detail::GemmOut::bf16, rows) << "T=" << T;
-      EXPECT_EQ(plan.route_quant.zero_rows != nullptr, m == ReductionMode::fast && !rows) << "T=" << T;
-      if (m == ReductionMode::fast) {  // the sums [T, H] fp32, or the rows [T * k, H] bf16
-        EXPECT_GE(bytes, (rows ? size_t(T) * k * H * 2 : size_t(T) * H * 4)) << "T=" << T;
+  for (Precision p : {Precision::fp8_block, Precision::bf16}) {
+    const MoeConfig cfg = scaled(find_preset("qwen3-30b-a3b"), 2048, 128, 8, p);
+    const LayerCase c0 = make_case(cfg, 1, ReductionMode::fast);
+    const LayerData d = make_layer_data(c0, 4100, /*codes=*/p == Precision::fp8_block);
+    const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+    const int H = cfg.hidden, k = cfg.top_k;
+    // The first T that takes the rows: T * H * 4 >= 4 MiB (FP8), > 50 MiB (bf16).
+    const int first = p == Precision::fp8_block ? int((int64_t(4) << 20) / (4 * H))
+                                                : int((int64_t(50) << 20) / (4 * H)) + 1;
+    DeviceBuffer d_x(size_t(first) * H * 2), d_logits(size_t(first) * cfg.num_experts * 4),
+        d_y(size_t(first) * H * 2);
+    for (int T : {first - 1, first})
+      for (ReductionMode m : kModes) {
+        const std::string ctx = strf("%s T=%d %s", precision_name(p), T, reduction_mode_name(m));
+        MoeForwardArgs a;
+        a.x = TensorRef::contiguous(d_x.get(), DType::bf16, {T, H}, Device::cuda);
+        a.router_logits = TensorRef::contiguous(d_logits.get(), DType::f32, {T, cfg.num_experts}, Device::cuda);
+        a.y = TensorRef::contiguous(d_y.get(), DType::bf16, {T, H}, Device::cuda);
+        a.mode = m;
+        const size_t bytes = g.layer->workspace_size(T, m);
+        DeviceBuffer ws(bytes);
+        const detail::LayerPlan plan = detail::plan_layer_forward(g.layer->impl(), a, ws.get(), bytes, nullptr);
+        const bool rows = T == first && m == ReductionMode::fast;
+        EXPECT_EQ(plan.finalize.rows16 != nullptr, rows) << ctx;
+        EXPECT_EQ(plan.down.out_type == detail::GemmOut::bf16, rows) << ctx;
+        EXPECT_EQ(plan.route_quant.zero_rows != nullptr, m == ReductionMode::fast && !rows) << ctx;
+        if (m == ReductionMode::fast) {  // the sums [T, H] fp32, or the rows [T * k, H] bf16
+          EXPECT_GE(bytes, (rows ? size_t(T) * k * H * 2 : size_t(T) * H * 4)) << ctx;
+        }
       }
-    }
+  }
 }
 
 TEST(LayerGpu, Nvfp4OddSizesSharedChunksAndLargeT) {
