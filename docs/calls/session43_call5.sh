@@ -23,5 +23,5 @@ NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
 timeout 60 $NCU --launch-count 40 --metrics gpu__time_duration.sum,launch__grid_size \
   $V/fusedmoe bench --op layer --precision bf16 --presets qwen3-30b-a3b --stages off --tokens 512 --routing unbiased \
   > $R/ncu.txt 2>&1; echo "ncu rc=$?"
-grep -E "^  [a-z_]+.*\(|gpu__time_duration|launch__grid" $R/ncu.txt | paste - - - | awk '{print $1, $(NF-4), $NF}' | head -45
+grep -E "^  [^ ]|gpu__time_duration" $R/ncu.txt | sed -E 's/\(.*\) \(/ (/' | cut -c1-110 | head -80
 tar cJf $OUT/r.txz -C $OUT r; rm -rf $OUT/r
