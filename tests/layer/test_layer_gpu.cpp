@@ -6,7 +6,9 @@
 // by every schedule path.
 #include <cuda_runtime_api.h>
 
+#include "gemm/gemm_config.hpp"
 #include "tests/layer/layer_test_util.hpp"
+#include "tools/projection_case.hpp"
 
 using namespace fusedmoe;
 using namespace fusedmoe::test;
@@ -197,6 +199,60 @@ TEST(LayerGpu, GraphReplaysAndDeterminism) {
     FMOE_CUDA(cudaGraphExecDestroy(exec));
     FMOE_CUDA(cudaGraphDestroy(graph));
     FMOE_CUDA(cudaStreamDestroy(s));
+  }
+}
+
+TEST(LayerGpu, RepeatedForwardsFinishAtEveryTokenTileWidth) {
+  // Forwards one after another, stage by stage and then replayed from a graph, must each finish:
+  // session 43 found the bf16 layer's graph replays at BLOCK_T=64 stalling (bench --op layer
+  // --precision bf16, qwen3-30b-a3b T=384 / 512, > 20 s; its first forward finished and matched
+  // the reference). Full qwen3-30b-a3b shapes, T for each token-tile width (16, 32, 64, 128),
+  // both precisions, fast mode. A stage that does not finish within seconds ends the process with
+  // its name (cli::wait_or_die), since freeing buffers under a hung kernel would wait forever.
+  FMOE_SKIP_WITHOUT_GPU();
+  for (Precision p : {Precision::bf16, Precision::fp8_block}) {
+    const MoeConfig cfg = scaled(find_preset("qwen3-30b-a3b"), 2048, 768, 128, p);
+    for (int T : {384, 64, 256, 1024}) {  // 24, 4, 16, 64 rows per expert: BLOCK_T 64, 16, 32, 128
+      const LayerCase c = make_case(cfg, T, ReductionMode::fast);
+      const LayerData d = make_layer_data(c, 43, /*codes=*/p == Precision::fp8_block);
+      const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+      const int H = cfg.hidden;
+      DeviceBuffer d_x = DeviceBuffer::from(d.x_bits), d_logits = DeviceBuffer::from(d.logits);
+      DeviceBuffer d_y(size_t(T) * H * 2), ws(g.layer->workspace_size(T, ReductionMode::fast));
+      MoeForwardArgs a;
+      a.x = TensorRef::contiguous(d_x.get(), DType::bf16, {T, H}, Device::cuda);
+      a.router_logits = TensorRef::contiguous(d_logits.get(), DType::f32, {T, cfg.num_experts}, Device::cuda);
+      a.y = TensorRef::contiguous(d_y.get(), DType::bf16, {T, H}, Device::cuda);
+      a.mode = ReductionMode::fast;
+      cudaStream_t s;
+      FMOE_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      const detail::LayerPlan plan = detail::plan_layer_forward(g.layer->impl(), a, ws.get(), ws.bytes(), s);
+      const std::string ctx = c.describe() + " " + detail::gemm_config_info(plan.up_config).name + "+" +
+                              detail::gemm_config_info(plan.down_config).name;
+      for (int i = 0; i < 4; ++i)
+        for (detail::LayerStage st : detail::kLayerStages) {
+          detail::run_layer_stage(plan, st, s);
+          cli::wait_or_die(s, 10, strf("%s: forward %d, stage %s", ctx.c_str(), i, detail::layer_stage_name(st)));
+        }
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      FMOE_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      for (int i = 0; i < 3; ++i) g.layer->forward(a, ws.get(), ws.bytes(), s);
+      FMOE_CUDA(cudaStreamEndCapture(s, &graph));
+      FMOE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+      d_y.fill(0xFF);
+      for (int i = 0; i < 5; ++i) {
+        FMOE_CUDA(cudaGraphLaunch(exec, s));
+        cli::wait_or_die(s, 10, strf("%s: graph replay %d (3 forwards)", ctx.c_str(), i));
+      }
+      const std::vector<uint16_t> y = d_y.to_host<uint16_t>();
+      const ref::LayerResult want = ref::moe_layer(d.lw, d.x.data(), d.logits.data(), T, plan.h_block);
+      const cli::LayerCheck chk = cli::check_layer_output(y, want.y, H, p == Precision::fp8_block);
+      EXPECT_TRUE(chk.ok()) << ctx << " after graph replays: " << cli::describe_layer_check(chk, y, want.y, H);
+      FMOE_CUDA(cudaGraphExecDestroy(exec));
+      FMOE_CUDA(cudaGraphDestroy(graph));
+      FMOE_CUDA(cudaStreamDestroy(s));
+    }
   }
 }
 
