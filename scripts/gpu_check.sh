@@ -4,9 +4,12 @@
 # *Sanitizer*: shapes that wrap every k-stage and meta ring, use BLOCK_T=128 and several token
 # tiles per expert) under all four compute-sanitizer tools. Prints one summary line per step and
 # exits nonzero if any step failed.
-#   scripts/gpu_check.sh [--no-build] [--no-tests] [--tools "memcheck racecheck"]
+#   scripts/gpu_check.sh [--no-build] [--no-tests | --direct] [--tools "memcheck racecheck"]
 # --no-tests skips step 1 (every test): for a second call on the same build that only runs the
 # sanitizer tools the first call left out (the tests take ~100 s of device time on an H200).
+# --direct runs each $FMOE_BUILD_DIR/tests/test_*_gpu binary itself instead of ctest, for a folder
+# of binaries built elsewhere and carried stripped (no CTest files there; the CPU tests run where
+# they were built): one line per binary, then the count. With --no-build.
 # FMOE_NO_SETUP=1 builds with CMake directly instead of scripts/setup.sh (no apt there).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -15,12 +18,14 @@ BUILD_DIR=${FMOE_BUILD_DIR:-build}
 TOOLS="memcheck racecheck synccheck initcheck"
 BUILD=1
 TESTS=1
+DIRECT=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-build) BUILD=0 ;;
     --no-tests) TESTS=0 ;;
+    --direct) DIRECT=1 ;;
     --tools) TOOLS="$2"; shift ;;
-    *) echo "usage: scripts/gpu_check.sh [--no-build] [--no-tests] [--tools \"memcheck ...\"]" >&2; exit 2 ;;
+    *) echo "usage: scripts/gpu_check.sh [--no-build] [--no-tests | --direct] [--tools \"memcheck ...\"]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -53,6 +58,22 @@ SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2
 # 1. Every test, GPU ones included.
 if [ "$TESTS" = 0 ]; then
   note "tests: skipped (--no-tests)"
+elif [ "$DIRECT" = 1 ]; then
+  n=0
+  fails=0
+  t0=$SECONDS
+  for b in "$BUILD_DIR"/tests/test_*_gpu; do
+    [ -x "$b" ] || continue
+    n=$((n + 1))
+    log="$BUILD_DIR/$(basename "$b").log"
+    t=$SECONDS
+    timeout 300 "$b" >"$log" 2>&1
+    rc=$?
+    [ $rc = 0 ] || fails=$((fails + 1))  # (77: every test skipped, no GPU: a failure here too)
+    echo "[gpu_check] $(basename "$b") rc=$rc $((SECONDS - t)) s: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) \] [0-9]+ tests?' "$log" | tr '\n' ' ')"
+  done
+  [ $fails = 0 ] || status=1
+  note "tests: $((n - fails)) of $n GPU test binaries passed, run directly ($((SECONDS - t0)) s)"
 elif (cd "$BUILD_DIR" && ctest --output-on-failure >ctest.log 2>&1); then
   note "tests: $(grep -E 'tests passed' "$BUILD_DIR/ctest.log")"
 else
