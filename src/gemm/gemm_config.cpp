@@ -211,7 +211,9 @@ int select_waves(const GemmFamily& f, int block_t, int nb, int K, const std::str
 // (H = 2048) 16 rows 183.8 -> 197.7, 32 rows 207.0 -> 205.7; gpt-oss-120b (45 and 23 weight tiles:
 // no two-wave tiles, so one-wave tokens-as-M) 853 -> 1265 and 987 -> 1330. So from 32 rows where
 // both GEMMs can take two waves, and from 16 where the gate/up's K is long as well (H >= 4096:
-// its tokens-as-M promotion, one per k-stage, saves the most there).
+// its tokens-as-M promotion, one per k-stage, saves the most there). Session 43 (call 1, the rule
+// against the narrow one): deepseek-v3 T=512-1280 0.825-0.933, qwen3.5 T=1024 / 1280 0.957 / 0.918,
+// qwen3-30b T=512 / 640 0.994 / 0.946.
 bool fp8_layer_wide_tiles(double rows, int H, int up_weight_tiles, int down_weight_tiles, std::string* reason) {
   if (up_weight_tiles % 2 != 0 || down_weight_tiles % 2 != 0) return false;
   const char* why = nullptr;
