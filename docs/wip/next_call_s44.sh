@@ -31,6 +31,7 @@ s=$SECONDS; timeout 25 $V/base/fusedmoe $B --tokens 384 > $R/baseb_384.txt 2>&1
 echo "base bench T=384 (control) rc=$? $((SECONDS-s)) s: $(grep -E '^layer ' $R/baseb_384.txt | awk '{print $4, $5, $6}')"
 tar cJf $OUT/r.txz -C $OUT r
 for d in base fix; do
+  [ $SECONDS -lt 450 ] || { echo "ab $d skipped: $SECONDS s gone"; continue; }
   s=$SECONDS; timeout 45 $V/$d/fusedmoe bench --op layer --precision bf16 --presets qwen3-30b-a3b \
     --tokens 256,1024,4096 --stages on --json $R/ab_bf16_$d.json > $R/ab_bf16_$d.txt 2>&1; echo "ab bf16 $d rc=$? $((SECONDS-s)) s"
   s=$SECONDS; timeout 45 $V/$d/fusedmoe bench --op layer --precision nvfp4 --presets qwen3-30b-a3b \
