@@ -145,6 +145,30 @@ struct LayerRun {
   detail::LayerPlan plan;
 };
 
+/// `n` forwards of `layer` captured into one CUDA graph on `s` (destroyed with the object), for
+/// the tests that replay a layer from a graph.
+class ForwardGraph {
+ public:
+  ForwardGraph(const MoeLayer& layer, const MoeForwardArgs& a, const DeviceBuffer& ws, cudaStream_t s, int n) {
+    cudaGraph_t graph;
+    FMOE_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < n; ++i) layer.forward(a, ws.get(), ws.bytes(), s);
+    FMOE_CUDA(cudaStreamEndCapture(s, &graph));
+    const cudaError_t e = cudaGraphInstantiate(&exec_, graph, 0);
+    cudaGraphDestroy(graph);  // the executable graph does not need it
+    FMOE_CUDA(e);
+  }
+  ~ForwardGraph() {
+    if (exec_) cudaGraphExecDestroy(exec_);
+  }
+  ForwardGraph(const ForwardGraph&) = delete;
+  ForwardGraph& operator=(const ForwardGraph&) = delete;
+  void launch(cudaStream_t s) const { FMOE_CUDA(cudaGraphLaunch(exec_, s)); }
+
+ private:
+  cudaGraphExec_t exec_ = nullptr;
+};
+
 /// Compact rows of the routes as the GEMMs lay them out: expert by expert (route_offsets), in
 /// slot order (schedule kernel) or ascending route order (fused schedule). Repeats and bad ids
 /// are dropped as every stage drops them.

@@ -176,15 +176,12 @@ TEST(LayerGpu, GraphReplaysAndDeterminism) {
     g.layer->forward(a, ws.get(), ws.bytes(), s);
     FMOE_CUDA(cudaStreamSynchronize(s));
     const std::vector<uint16_t> first = d_y.to_host<uint16_t>();
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    FMOE_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < 3; ++i) g.layer->forward(a, ws.get(), ws.bytes(), s);
-    FMOE_CUDA(cudaStreamEndCapture(s, &graph));
-    FMOE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-    d_y.fill(0xFF);
-    for (int i = 0; i < 5; ++i) FMOE_CUDA(cudaGraphLaunch(exec, s));
-    FMOE_CUDA(cudaStreamSynchronize(s));
+    {
+      const ForwardGraph graph(*g.layer, a, ws, s, 3);
+      d_y.fill(0xFF);
+      for (int i = 0; i < 5; ++i) graph.launch(s);
+      FMOE_CUDA(cudaStreamSynchronize(s));
+    }
     const std::vector<uint16_t> last = d_y.to_host<uint16_t>();
     // The oracle quantizes the intermediate with the plan's scale block (64, or 128 after two-wave
     // tokens-as-M gate/up tiles in fast mode).
@@ -196,8 +193,6 @@ TEST(LayerGpu, GraphReplaysAndDeterminism) {
     if (m == ReductionMode::deterministic) {
       EXPECT_EQ(first, last) << "deterministic mode must be bitwise stable";
     }
-    FMOE_CUDA(cudaGraphExecDestroy(exec));
-    FMOE_CUDA(cudaGraphDestroy(graph));
     FMOE_CUDA(cudaStreamDestroy(s));
   }
 }
@@ -234,23 +229,16 @@ TEST(LayerGpu, RepeatedForwardsFinishAtEveryTokenTileWidth) {
           detail::run_layer_stage(plan, st, s);
           cli::wait_or_die(s, 10, strf("%s: forward %d, stage %s", ctx.c_str(), i, detail::layer_stage_name(st)));
         }
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      FMOE_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-      for (int i = 0; i < 3; ++i) g.layer->forward(a, ws.get(), ws.bytes(), s);
-      FMOE_CUDA(cudaStreamEndCapture(s, &graph));
-      FMOE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+      const ForwardGraph graph(*g.layer, a, ws, s, 3);
       d_y.fill(0xFF);
       for (int i = 0; i < 5; ++i) {
-        FMOE_CUDA(cudaGraphLaunch(exec, s));
+        graph.launch(s);
         cli::wait_or_die(s, 10, strf("%s: graph replay %d (3 forwards)", ctx.c_str(), i));
       }
       const std::vector<uint16_t> y = d_y.to_host<uint16_t>();
       const ref::LayerResult want = ref::moe_layer(d.lw, d.x.data(), d.logits.data(), T, plan.h_block);
       const cli::LayerCheck chk = cli::check_layer_output(y, want.y, H, p == Precision::fp8_block);
       EXPECT_TRUE(chk.ok()) << ctx << " after graph replays: " << cli::describe_layer_check(chk, y, want.y, H);
-      FMOE_CUDA(cudaGraphExecDestroy(exec));
-      FMOE_CUDA(cudaGraphDestroy(graph));
       FMOE_CUDA(cudaStreamDestroy(s));
     }
   }
@@ -616,7 +604,9 @@ TEST(LayerGpu, FastModeBf16RouteRows) {
       const LayerRun run = run_layer(*g.layer, c, d);
       const std::string name = detail::gemm_config_info(run.plan.down_config).name;
       EXPECT_EQ(run.plan.down.sorted_rows, T >= 128 ? 1 : 0) << "T=" << T << " " << name;
-      if (T >= 128) EXPECT_EQ(name, "down_fp8_bt128_w2_tm_h128_s3");
+      if (T >= 128) {
+        EXPECT_EQ(name, "down_fp8_bt128_w2_tm_h128_s3");
+      }
       EXPECT_EQ(run.plan.finalize.route_row != nullptr, T >= 128) << "T=" << T;
     }
   }
