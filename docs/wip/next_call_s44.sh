@@ -4,7 +4,7 @@
 # (built at session 43's end by
 #   BUILD_TARGETS="fusedmoe test_*_gpu (all 13)" scripts/build_variants.sh .device_carry/s44 \
 #     rep=docs/wip/repeat_forwards_600.diff fix=docs/wip/repeat_forwards_600.diff,docs/wip/producer_threads_drive_full.diff
-# base = main 0de05c6+ (device code of 3c96531); rep = base + the 600-forward test; fix = rep + every producer thread
+# base = main 89e208e (device code of 3c96531); rep = base + the 600-forward test; fix = rep + every producer thread
 # arriving on the full barrier). Carry .device_carry/s44/{base,rep,fix} (base and rep: fusedmoe + test_layer_gpu only).
 # 1. Does the 600-forward test reproduce the stall on main's kernels (rep)? 2. Does the fix pass it and the rest of
 # test_layer_gpu? 3. The bench line that stalled, 3 times each at T=384 and 512 on fix (a stall: rc 124), once on
