@@ -13,9 +13,10 @@
 // With tokens_m (gemm_configs.def) the same stage is read with the operands swapped: activations
 // as wgmma's A (M), each weight wave as its B (N).
 // Contract between the parts: the producer's 128 threads call issue() of both loaders for every
-// stage, then arrive on the stage's full barrier (thread 0 with the TMA bytes, all with cp.async
-// arrivals when Cfg::kCpAsync); the MMA reads only the stage and its own registers, and arrives on
-// the stage's empty barrier as soon as its last read of the stage is done.
+// stage, then arrive on the stage's full barrier (thread 0 with the TMA bytes, and each of the 128
+// by a cp.async arrival when Cfg::kCpAsync, else a plain one); the MMA reads only the stage and its
+// own registers, and arrives on the stage's empty barrier as soon as its last read of the stage is
+// done.
 #pragma once
 
 #include <cuda/ptx>

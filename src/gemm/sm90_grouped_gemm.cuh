@@ -137,7 +137,7 @@ struct GemmConfig {
     typename cub::BlockScan<int, kThreads>::TempStorage scan;
     std::conditional_t<kEpi == GemmEpilogue::swiglu, Staging,
                        std::conditional_t<kStagedRows, RowStaging, char>> staging;
-    uint64_t full[kStages];        // producer -> consumers: TMA bytes (+ 128 cp.async arrivals)
+    uint64_t full[kStages];        // producer -> consumers: TMA bytes + 128 arrivals (cp.async or plain)
     uint64_t empty[kStages];       // consumers -> producer: one arrival per consumer thread
     uint64_t meta_full[kMetaStages];   // producer -> consumers: 128 arrivals (each releases its writes)
     uint64_t meta_empty[kMetaStages];  // consumers -> producer: 256 arrivals after the epilogue
@@ -227,8 +227,16 @@ __device__ __forceinline__ void produce(const GroupedGemmParams& p, typename Cfg
       }
       WeightLoader<Cfg>::issue(p, s, kb, st, full, tid, u & pair);
       rows.issue(p, s, kb, st, full, tid);
-      // Arrives once this thread's cp.async copies above have landed.
+      // Every producer thread arrives: once its cp.async copies above have landed, or at once
+      // where thread 0's TMA copies are the stage's only bytes (the bf16 / e2m1 down GEMMs). Its
+      // arrival is what keeps a thread from falling a whole phase behind on the empty barriers:
+      // a thread that waited on them without gating the next phase could miss a release (the
+      // slot released twice between two of its polls reads the same parity as "not yet"), then
+      // wait for one that needs thread 0 to fill the slot in the next tile, while thread 0 waits
+      // for it at the next tile's bar.sync 1 (publish_columns): a deadlock. Session 43 saw the bf16
+      // BLOCK_T=64 layer stall so in its graph replays (docs/performance.md).
       if constexpr (Cfg::kCpAsync) cptx::cp_async_mbarrier_arrive_noinc(full);
+      else cptx::mbarrier_arrive(full);
       stage.advance();
     }
   }
@@ -481,7 +489,7 @@ grouped_gemm_kernel(const __grid_constant__ GroupedGemmParams p) {
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
-      cptx::mbarrier_init(&ss.full[s], 1 + (Cfg::kCpAsync ? 128 : 0));
+      cptx::mbarrier_init(&ss.full[s], 1 + 128);  // thread 0's expect_tx + every producer thread's
       cptx::mbarrier_init(&ss.empty[s], 128 * Cfg::kConsumerWGs);
     }
     for (int s = 0; s < Cfg::kMetaStages; ++s) {

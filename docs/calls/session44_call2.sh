@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DRAFT (not run), ~9 min: gpu_check of the fix (.device_carry/s44/fix: fusedmoe and the 13 test_*_gpu, main +
+# As run in session 44, ~9 min: gpu_check of the fix (.device_carry/s44/fix: fusedmoe and the 13 test_*_gpu, main +
 # docs/wip/repeat_forwards_600.diff + docs/wip/producer_threads_drive_full.diff): every GPU test binary run directly,
 # then the four sanitizer tools on those binaries. Carry .device_carry/s44/fix.
 set -u

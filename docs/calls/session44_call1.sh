@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DRAFT (not run), ~7-9 min (worst case with stalls ~9.5): the bf16 BLOCK_T=64 stall (session 43: 14 of 15 bench runs of `--precision bf16
+# As run in session 44, ~7-9 min (worst case with stalls ~9.5): the bf16 BLOCK_T=64 stall (session 43: 14 of 15 bench runs of `--precision bf16
 # --presets qwen3-30b-a3b --tokens 384|512` spun forever after the first forward). Binaries in .device_carry/s44
 # (built at session 43's end by
 #   BUILD_TARGETS="fusedmoe test_*_gpu (all 13)" scripts/build_variants.sh .device_carry/s44 \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DRAFT (not run), ~5 min, only once the fix of next_call_s44.sh holds (the bf16 layer runs): knob-only measurements
+# As run in session 44, ~5 min, only once the fix of next_call_s44.sh holds (the bf16 layer runs): knob-only measurements
 # on .device_carry/s44/fix/fusedmoe. 1. The bf16 layer's rows16 line (FMOE_ROWS16_MIN_T=1 against the rule, which
 # keeps 50 MiB for bf16 weights; FP8 moved to 4 MiB in session 43). 2. The token-tile rule under skewed routing:
 # deepseek-v3 with the bench's model routing at 4 and 8 rows per expert (T=128 / 256), the rule against BLOCK_T=128

@@ -1,0 +1,4 @@
+#!/usr/bin/env bash
+# Session 44 call 5 (as run, on the command line; call 4 was the same without the xz line and failed rc 127):
+# the wide FP8 tiles at 1-8 rows per expert, deepseek-v3 and qwen3-235b-a22b, even and model routing, rule vs forced.
+export FMOE_NO_SETUP=1; V=.device_carry/s44/fix; xz -d -f -T0 $V/fusedmoe.xz; chmod +x $V/fusedmoe; for r in unbiased model; do for v in rule wide; do e=FMOE_X=0; [ $v = wide ] && e=FMOE_FORCE_CONFIG=down_fp8_bt128_w2_tm_h128_s4; timeout 120 env $e $V/fusedmoe bench --op layer --presets deepseek-v3,qwen3-235b-a22b --tokens 32,64,128,256 --routing $r --stages off --json $OUT/d_${r}_$v.json > $OUT/d_${r}_$v.txt 2>&1; echo "$r $v rc=$?"; done; python3 scripts/bench_compare.py rule=$OUT/d_${r}_rule.json wide=$OUT/d_${r}_wide.json 2>&1 | grep -E "^layer |geomean"; grep -hE "^layer " $OUT/d_${r}_*.txt | awk '{print $2, $4, $5}'; done
