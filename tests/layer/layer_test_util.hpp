@@ -15,6 +15,7 @@
 #include <atomic>
 #include <mutex>
 #include <cstring>
+#include <functional>
 #include <cmath>
 #include <numeric>
 #include <string>
@@ -453,8 +454,38 @@ inline void check_end_to_end(const LayerCase& c, const LayerData& d, const Layer
     den += w * w;
   }
   const double rel = den > 0 ? std::sqrt(num / den) : 0.0;
-  EXPECT_LE(rel, c.cfg.weight_precision == Precision::fp8_block ? 2e-2 : 5e-3)
-      << ctx << ": relative L2 error against ref::moe_layer";
+  // FP8: the GPU's gate / up sums carry fp8 wgmma's accumulation error (about 2^-13 of sum |a w|
+  // per 128-K block, oracle 1), which cancellation in the sums can make ~2^-9 of them; a few
+  // percent of the intermediate's fp8 codes then round one ulp (2^-4..2^-3) away from the
+  // reference's, and with one or a few tokens nothing averages it out. Session 44 measured
+  // 0.0206 (T=128) and 0.0218-0.0240 (T=1) on shrunk presets whose stage oracles passed; 2e-2 was
+  // crossed in 2 of the session's 8 runs. A dropped or doubled route (1/8 of a token's sum) or a
+  // wrong scale block is still far above 3e-2.
+  const double bound = c.cfg.weight_precision == Precision::fp8_block ? 3e-2 : 5e-3;
+  if (rel <= bound) return;
+  // Where the error sits: the tokens with the largest share of it (a wrong tile or scale shows as
+  // a few tokens or routes far off; quantization noise spreads over all of them).
+  const int H = c.cfg.hidden;
+  std::vector<std::pair<double, int>> by_token(static_cast<size_t>(T));
+  for (int t = 0; t < T; ++t) {
+    double e = 0;
+    for (int h = 0; h < H; ++h) {
+      const size_t i = size_t(t) * H + h;
+      const double g = fmt::bf16_to_float(run.y[i]) - want.y[i];
+      e += g * g;
+    }
+    by_token[size_t(t)] = {e, t};
+  }
+  std::sort(by_token.begin(), by_token.end(), std::greater<>());
+  std::string worst;
+  for (int i = 0; i < std::min(T, 4); ++i) {
+    const int t = by_token[size_t(i)].second;
+    worst += strf(" t=%d (%.0f%% of the error, experts", t, 100.0 * by_token[size_t(i)].first / num);
+    for (int j = 0; j < kt; ++j) worst += strf(" %d", run.ids[size_t(t) * kt + j]);
+    worst += ")";
+  }
+  ADD_FAILURE() << ctx << ": relative L2 error against ref::moe_layer " << rel << " > " << bound
+                << " (h_block " << run.plan.h_block << "); worst tokens:" << worst;
 }
 
 }  // namespace fusedmoe::test
