@@ -213,11 +213,14 @@ int select_waves(const GemmFamily& f, int block_t, int nb, int K, const std::str
 // both GEMMs can take two waves, and from 16 where the gate/up's K is long as well (H >= 4096:
 // its tokens-as-M promotion, one per k-stage, saves the most there). Session 43 (call 1, the rule
 // against the narrow one): deepseek-v3 T=512-1280 0.825-0.933, qwen3.5 T=1024 / 1280 0.957 / 0.918,
-// qwen3-30b T=512 / 640 0.994 / 0.946. Session 44 (H200, FMOE_FORCE_CONFIG=BLOCK_T=128 against the
-// rule): where H >= 7168 the wide tiles pay from 2 rows: deepseek-v3 T=64 / 128 / 256 (2 / 4 / 8
-// rows) 0.986 / 0.980 / 0.965 under even loads, 0.976 / 0.940 / 0.947 under the bench's model
-// routing (its skew gives the hit experts more rows than the mean), T=32 (1 row) 1.004 / 1.007;
-// at H = 4096 (qwen3-235b-a22b) 2 rows lose (1.06) and 4 / 8 rows gain little (0.989 / 0.997).
+// qwen3-30b T=512 / 640 0.994 / 0.946. Session 44 (H200, BLOCK_T=128 forced against the narrow
+// rule, layer median µs): where H >= 7168 the wide tiles pay from 4 rows: deepseek-v3 T=128 / 256
+// (4 / 8 rows) 0.980 / 0.965 (call 5) and 0.988 / 0.980 (call 9, two rounds alternating on one
+// card) under even loads, 0.940 / 0.947 under the bench's model routing (its skew gives the hit
+// experts more rows than the mean); at 2 rows (T=64) even loads are a wash (0.986, then 1.007 /
+// 1.000 with a p90 1-6% higher) though model routing gains (0.976), and 1 row loses (1.004 /
+// 1.007). At H = 4096 (qwen3-235b-a22b) 2 rows lose (1.06) and 4 / 8 rows gain little (0.989 /
+// 0.997).
 bool fp8_layer_wide_tiles(double rows, int H, int up_weight_tiles, int down_weight_tiles, std::string* reason) {
   if (up_weight_tiles % 2 != 0 || down_weight_tiles % 2 != 0) return false;
   const char* why = nullptr;
@@ -227,8 +230,8 @@ bool fp8_layer_wide_tiles(double rows, int H, int up_weight_tiles, int down_weig
   else if (rows >= 16 && H >= 4096)
     why = ">= 16 rows per expert and H >= 4096 (FP8 layer, two waves possible): BLOCK_T=128 with two-wave "
           "tokens-as-M tiles measured faster than 32 / 64";
-  else if (rows >= 2 && H >= 7168)
-    why = ">= 2 rows per expert and H >= 7168 (FP8 layer, two waves possible): BLOCK_T=128 with two-wave "
+  else if (rows >= 4 && H >= 7168)
+    why = ">= 4 rows per expert and H >= 7168 (FP8 layer, two waves possible): BLOCK_T=128 with two-wave "
           "tokens-as-M tiles measured faster than 16 / 32";
   if (why && reason) *reason = why;
   return why != nullptr;

@@ -47,12 +47,13 @@ TEST(GemmConfig, Fp8LayerTakesWideTilesWhereMeasuredFaster) {
   EXPECT_TRUE(fp8_layer_wide_tiles(16, 7168, 32, 56, &why));
   EXPECT_NE(why.find("H >= 4096"), std::string::npos) << why;
   EXPECT_TRUE(fp8_layer_wide_tiles(32, 7168, 32, 56, nullptr));
-  // ... and from 2 rows (session 44), not at 1.
+  // ... and from 4 rows (session 44), not at 2.
   why.clear();
   EXPECT_TRUE(fp8_layer_wide_tiles(15.9, 7168, 32, 56, nullptr));
-  EXPECT_TRUE(fp8_layer_wide_tiles(2, 7168, 32, 56, &why));
+  EXPECT_TRUE(fp8_layer_wide_tiles(4, 7168, 32, 56, &why));
   EXPECT_NE(why.find("H >= 7168"), std::string::npos) << why;
-  EXPECT_FALSE(fp8_layer_wide_tiles(1.9, 7168, 32, 56, nullptr));
+  EXPECT_FALSE(fp8_layer_wide_tiles(3.9, 7168, 32, 56, nullptr));
+  EXPECT_FALSE(fp8_layer_wide_tiles(2, 7168, 32, 56, nullptr));
   // qwen3-235b-a22b (H 4096): from 16 rows.
   EXPECT_TRUE(fp8_layer_wide_tiles(16, 4096, 24, 32, nullptr));
   EXPECT_FALSE(fp8_layer_wide_tiles(15.9, 4096, 24, 32, nullptr));
