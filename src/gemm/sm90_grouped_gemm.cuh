@@ -234,7 +234,8 @@ __device__ __forceinline__ void produce(const GroupedGemmParams& p, typename Cfg
       // slot released twice between two of its polls reads the same parity as "not yet"), then
       // wait for one that needs thread 0 to fill the slot in the next tile, while thread 0 waits
       // for it at the next tile's bar.sync 1 (publish_columns): a deadlock. Session 43 saw the bf16
-      // BLOCK_T=64 layer stall so in its graph replays (docs/performance.md).
+      // BLOCK_T=64 layer stall so in its graph replays, session 44's 600-forward test BLOCK_T=16
+      // (LayerGpu.RepeatedForwardsFinishAtEveryTokenTileWidth; docs/performance.md).
       if constexpr (Cfg::kCpAsync) cptx::cp_async_mbarrier_arrive_noinc(full);
       else cptx::mbarrier_arrive(full);
       stage.advance();
