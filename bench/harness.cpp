@@ -12,6 +12,7 @@
 #include "fmoe_commit.hpp"
 #include "fusedmoe/formats.hpp"
 #include "ref/random.hpp"
+#include "tools/wait_or_die.hpp"
 
 namespace fusedmoe::bench {
 namespace {
@@ -178,8 +179,12 @@ std::string json_escape(const std::string& s) {
 
 Stats time_graph(const std::function<void(cudaStream_t, int)>& launch, cudaStream_t stream,
                  int per_graph, int reps) {
+  // Every wait has a watchdog: a kernel that deadlocks ends the bench with a message (session 43's
+  // bf16 down-GEMM stall spun the bench forever at 100% utilization). The slowest timed graph
+  // (deepseek-v3 bf16 at T=8192, 20 forwards) takes about 0.3 s.
+  constexpr double kSeconds = 120;
   launch(stream, 0);  // warm-up: module load, first touch, lazy allocations
-  FMOE_CUDA(cudaStreamSynchronize(stream));
+  cli::wait_or_die(stream, kSeconds, "the bench's warm-up launch");
   cudaGraph_t graph;
   FMOE_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   for (int i = 0; i < per_graph; ++i) launch(stream, i);
@@ -187,17 +192,17 @@ Stats time_graph(const std::function<void(cudaStream_t, int)>& launch, cudaStrea
   cudaGraphExec_t exec;
   FMOE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
   FMOE_CUDA(cudaGraphLaunch(exec, stream));  // first replay uploads the graph
-  FMOE_CUDA(cudaStreamSynchronize(stream));
+  cli::wait_or_die(stream, kSeconds, strf("the bench's first replay of a graph of %d launches", per_graph));
   Events ev;
   std::vector<double> us(size_t(std::max(reps, 1)));
-  for (double& u : us) {
+  for (size_t i = 0; i < us.size(); ++i) {
     FMOE_CUDA(cudaEventRecord(ev.a, stream));
     FMOE_CUDA(cudaGraphLaunch(exec, stream));
     FMOE_CUDA(cudaEventRecord(ev.b, stream));
-    FMOE_CUDA(cudaEventSynchronize(ev.b));
+    cli::wait_or_die(stream, kSeconds, strf("the bench's timed replay %zu of a graph of %d launches", i, per_graph));
     float ms = 0;
     FMOE_CUDA(cudaEventElapsedTime(&ms, ev.a, ev.b));
-    u = 1e3 * double(ms) / per_graph;
+    us[i] = 1e3 * double(ms) / per_graph;
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);

@@ -30,6 +30,7 @@
 
 #include "common/cuda_check.hpp"
 #include "fusedmoe/moe.hpp"
+#include "tools/wait_or_die.hpp"
 #endif
 
 namespace fusedmoe::cli {
@@ -249,23 +250,6 @@ inline MoeFp8ProjectionArgs projection_args(const ProjectionShape& s, int T, Red
   return a;
 }
 
-/// Waits for `stream` at most `seconds`. A pipeline that never finishes (a deadlock) ends the
-/// process with a message naming `what`: std::_Exit, not an exception, because unwinding would
-/// free device buffers, and cudaFree waits for the hung kernel forever.
-inline void wait_or_die(cudaStream_t stream, double seconds, const std::string& what) {
-  const auto t0 = std::chrono::steady_clock::now();
-  cudaError_t e;
-  while ((e = cudaStreamQuery(stream)) == cudaErrorNotReady) {
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > seconds) {
-      std::fflush(stdout);
-      std::fprintf(stderr, "fusedmoe: %s did not finish within %.0f s (a hang in the pipeline?); "
-                   "giving up\n", what.c_str(), seconds);
-      std::_Exit(1);
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
-  if (e != cudaSuccess) FMOE_CUDA(cudaStreamSynchronize(stream));  // the error, with its name
-}
 #endif
 
 }  // namespace fusedmoe::cli
