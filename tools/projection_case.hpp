@@ -23,11 +23,6 @@
 #if defined(FMOE_HAS_CUDA)
 #include <cuda_runtime_api.h>
 
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <thread>
-
 #include "common/cuda_check.hpp"
 #include "fusedmoe/moe.hpp"
 #include "tools/wait_or_die.hpp"
