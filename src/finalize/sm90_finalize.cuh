@@ -149,9 +149,15 @@ finalize_rows_kernel(const __grid_constant__ FinalizeParams p) {
         row = slot < 0 ? -1 : r;
       }
       const uint32_t mask = __ballot_sync(0xffffffffu, row >= 0);
-      while (!cptx::mbarrier_try_wait_parity(&empty[s], parity ^ 1)) {
-      }
+      // Lane 0 alone waits for the stage, and the warp follows it through __syncwarp: a lane that
+      // polled the empty barrier without gating the full one could be lapped (a token whose routes
+      // are all dropped arms the full barrier with 0 bytes, so its phase completes at lane 0's
+      // arrive, the consumers release the stage again, and the empty barrier's parity reads "not
+      // yet" to a lane that had not polled in between): the deadlock of the grouped GEMM's
+      // producer warps fixed in session 44 (sm90_grouped_gemm.cuh, produce), here within a warp.
       if (lane == 0) {
+        while (!cptx::mbarrier_try_wait_parity(&empty[s], parity ^ 1)) {
+        }
         kept[s] = mask;
         const uint32_t tx = uint32_t(__popc(mask)) * bytes;
         cptx::mbarrier_arrive_expect_tx(cptx::sem_release, cptx::scope_cta, cptx::space_shared, &full[s], tx);

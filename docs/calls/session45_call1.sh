@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DRAFT (not run), ~5-6 min: docs/wip/finalize_one_waiter.diff (finalize_rows_kernel's producer warp: lane 0 alone waits
+# Session 45 call 1 (as run), ~5-6 min: docs/wip/finalize_one_waiter.diff (finalize_rows_kernel's producer warp: lane 0 alone waits
 # on the empty barrier, the warp follows through __syncwarp; sass_compare: only the two finalize_rows kernels change).
 # Binaries: BUILD_TARGETS="fusedmoe test_layer_gpu test_ep_layer_gpu" scripts/build_variants.sh .device_carry/s45f \
 #   fin=docs/wip/finalize_one_waiter.diff   (base = main). Carry .device_carry/s45f.

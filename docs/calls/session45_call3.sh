@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DRAFT (not run), ~8-9 min, knobs and ncu only, on main's own build (carry .device_carry/s45/base: BUILD_TARGETS=
+# Session 45 call 3 (as run), ~8-9 min, knobs and ncu only, on main's own build (carry .device_carry/s45/base: BUILD_TARGETS=
 # "fusedmoe" scripts/build_variants.sh .device_carry/s45). Where the mid-T prefill layers lose against their byte
 # floors (session 44 call 8, model routing): deepseek-v3 T=2048 3337.5 µs = 1.78x (gate/up 2119, down 1194),
 # qwen3-30b-a3b T=2048 325.5 µs = 2.37x (gate/up 174, down 108). 1. The tuning run at those sizes (does any

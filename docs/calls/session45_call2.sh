@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DRAFT (not run), ~6 min: docs/wip/bf16_up_w2_s4.diff, the bf16 gate/up's two-wave tile with 4 stages instead of 3
+# Session 45 call 2 (as run), ~6 min: docs/wip/bf16_up_w2_s4.diff, the bf16 gate/up's two-wave tile with 4 stages instead of 3
 # (stages carry the fp8 scale arrays only with fp8 weights: a bf16 w2 stage is 48 KB, and 4 fit beside the staging
 # tile, 225 KB; sass_compare against main: every fp8 and e2m1 kernel identical, two bf16 kernels reordered, the
 # w2 gate/up replaced). Binaries: BUILD_TARGETS="fusedmoe test_layer_gpu" scripts/build_variants.sh .device_carry/s45b \
