@@ -363,6 +363,81 @@ TEST(LayerGpu, DynamicItemsGiveTheSameBits) {
   }
 }
 
+TEST(LayerGpu, StaticTileNumberingWithHotExperts) {
+  // Where the experts average <= half a token tile, the layer numbers each expert's first token
+  // tile before the routing exists and the rest after all of them (layer.cpp, static_tiles);
+  // FMOE_STATIC_TILES=0 numbers every tile from the routing. Caller-given routing at T=32 over 64
+  // experts (4 routes each on average) puts 32, 20 and 17 routes on three experts, so at
+  // BLOCK_T=16 their later tiles sit in the walk's routing-numbered part, and leaves two experts
+  // empty (their static tiles skipped). Both numberings, each weight precision, both modes: the
+  // plan must say which ran, both GEMMs match their oracles, and the numbering must not change a
+  // bit of the intermediate, nor of the deterministic output, where the two plans run the same
+  // configs.
+  FMOE_SKIP_WITHOUT_GPU();
+  const int T = 32, E = 64, k = 8;
+  std::vector<int> counts = {32, 20, 17, 0, 0};
+  int sum = 0;
+  for (int c : counts) sum += c;
+  while (int(counts.size()) < E) {  // the rest 3 or 4 each, summing to T * k
+    const int left = E - int(counts.size());
+    const int c = (T * k - sum + left - 1) / left;
+    counts.push_back(c);
+    sum += c;
+  }
+  ASSERT_EQ(sum, T * k);
+  int static_runs = 0;
+  for (Precision p : {Precision::fp8_block, Precision::bf16, Precision::nvfp4}) {
+    const MoeConfig cfg = scaled(find_preset("qwen3-30b-a3b"), 256, 256, E, p);
+    ASSERT_EQ(cfg.top_k, k);
+    const uint64_t seed = seeds_for(hash_ints({T, E, int(p)})).back();
+    std::vector<int> label(static_cast<size_t>(E));
+    for (int e = 0; e < E; ++e) label[size_t(e)] = e;
+    uint64_t h = seed;
+    for (int e = E - 1; e > 0; --e) {
+      h = ref::splitmix64(h);
+      std::swap(label[size_t(e)], label[size_t(h % uint64_t(e + 1))]);
+    }
+    std::vector<int32_t> runs;  // route j of token t: entry j * T + t (no token repeats an expert)
+    for (int e = 0; e < E; ++e) runs.insert(runs.end(), size_t(counts[size_t(e)]), label[size_t(e)]);
+    std::vector<int32_t> ids(size_t(T) * k);
+    for (int t = 0; t < T; ++t)
+      for (int j = 0; j < k; ++j) ids[size_t(t) * k + j] = runs[size_t(j) * T + t];
+    for (ReductionMode m : kModes) {
+      const LayerCase lc = make_case(cfg, T, m, LayerRoute::given);
+      const LayerData d = make_layer_data(lc, seed);
+      const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+      std::vector<LayerRun> both;
+      for (bool st : {true, false}) {
+        detail::ScopedKnob<bool> knob(&detail::Knobs::static_tiles, st);
+        both.push_back(run_layer(*g.layer, lc, d, /*validate=*/true, &ids));
+        const LayerRun& run = both.back();
+        const std::string ctx = lc.describe() + strf(" FMOE_STATIC_TILES=%d seed %llu", int(st),
+                                                     (unsigned long long)seed);
+        EXPECT_EQ(run.dropped, 0) << ctx;
+        check_gate_up(lc, d, g.layer->impl(), run, ctx);
+        check_down(lc, d, g.layer->impl(), run, ctx);
+        if (run.plan.gemv) continue;  // 4-bit weights at a few tokens: no tiles
+        const int bt = detail::gemm_config_info(run.plan.up_config).block_t;
+        const bool rule = double(T) * k / E <= bt / 2.0;  // every expert but two is hit: hit > 0.9
+        ASSERT_EQ(run.plan.up.static_tiles != 0, st && rule) << ctx << " BLOCK_T=" << bt;
+        ASSERT_EQ(run.plan.down.static_tiles != 0, st && rule) << ctx;
+        static_runs += run.plan.up.static_tiles != 0;
+      }
+      const LayerRun &a = both[0], &b = both[1];
+      if (a.plan.gemv || a.plan.up_config != b.plan.up_config || a.plan.split != b.plan.split) continue;
+      const std::string ctx = lc.describe() + strf(" seed %llu", (unsigned long long)seed);
+      ASSERT_EQ(a.plan.h_block, b.plan.h_block) << ctx;
+      const size_t differs = first_route_differing(a, b);
+      EXPECT_EQ(differs, a.row.size()) << ctx << ": route " << differs
+                                       << "'s intermediate differs between the two numberings";
+      if (m == ReductionMode::deterministic && a.plan.down_config == b.plan.down_config) {
+        EXPECT_TRUE(a.y == b.y) << ctx << ": the output differs between the two numberings";
+      }
+    }
+  }
+  EXPECT_GT(static_runs, 0) << "no case ran with static tile numbering: the test checks nothing of it";
+}
+
 TEST(LayerGpu, NarrowTailTilesAtEveryWidth) {
   // An expert's last token tile runs at a half or a quarter of BLOCK_T when its routes fit
   // (TileWidth, sm90_gemm_mainloop.cuh: fp8 and NVFP4 weights as wgmma's M side; the other
