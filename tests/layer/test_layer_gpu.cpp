@@ -17,6 +17,26 @@ namespace {
 
 constexpr ReductionMode kModes[] = {ReductionMode::fast, ReductionMode::deterministic};
 
+// Caller-given routing with counts[e] routes on expert label[e], the labels in a seeded order:
+// route j of token t is entry j * T + t of the experts' runs laid end to end, so a token never
+// repeats an expert (every run is at most T long). The counts sum to T * k.
+std::vector<int32_t> ids_from_counts(const std::vector<int>& counts, int T, int k, uint64_t seed) {
+  const int E = int(counts.size());
+  std::vector<int> label(static_cast<size_t>(E));
+  for (int e = 0; e < E; ++e) label[size_t(e)] = e;
+  uint64_t h = seed;
+  for (int e = E - 1; e > 0; --e) {
+    h = ref::splitmix64(h);
+    std::swap(label[size_t(e)], label[size_t(h % uint64_t(e + 1))]);
+  }
+  std::vector<int32_t> runs;
+  for (int e = 0; e < E; ++e) runs.insert(runs.end(), size_t(counts[size_t(e)]), label[size_t(e)]);
+  std::vector<int32_t> ids(size_t(T) * k);
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < k; ++j) ids[size_t(t) * k + j] = runs[size_t(j) * T + t];
+  return ids;
+}
+
 // end_to_end: also against ref::moe_layer (slow for full-size presets, whose weights are then
 // drawn as codes: seconds instead of minutes).
 void run_case(const LayerCase& c, int seeds = 1, bool end_to_end = true) {
@@ -390,18 +410,7 @@ TEST(LayerGpu, StaticTileNumberingWithHotExperts) {
     const MoeConfig cfg = scaled(find_preset("qwen3-30b-a3b"), 256, 256, E, p);
     ASSERT_EQ(cfg.top_k, k);
     const uint64_t seed = seeds_for(hash_ints({T, E, int(p)})).back();
-    std::vector<int> label(static_cast<size_t>(E));
-    for (int e = 0; e < E; ++e) label[size_t(e)] = e;
-    uint64_t h = seed;
-    for (int e = E - 1; e > 0; --e) {
-      h = ref::splitmix64(h);
-      std::swap(label[size_t(e)], label[size_t(h % uint64_t(e + 1))]);
-    }
-    std::vector<int32_t> runs;  // route j of token t: entry j * T + t (no token repeats an expert)
-    for (int e = 0; e < E; ++e) runs.insert(runs.end(), size_t(counts[size_t(e)]), label[size_t(e)]);
-    std::vector<int32_t> ids(size_t(T) * k);
-    for (int t = 0; t < T; ++t)
-      for (int j = 0; j < k; ++j) ids[size_t(t) * k + j] = runs[size_t(j) * T + t];
+    const std::vector<int32_t> ids = ids_from_counts(counts, T, k, seed);
     for (ReductionMode m : kModes) {
       const LayerCase lc = make_case(cfg, T, m, LayerRoute::given);
       const LayerData d = make_layer_data(lc, seed);
@@ -480,20 +489,7 @@ TEST(LayerGpu, NarrowTailTilesAtEveryWidth) {
       c.push_back(T * k - sum);  // the last expert takes the rest
       ASSERT_LE(c.back(), T);
       const uint64_t seed = seeds_for(hash_ints({i, T, E})).back();
-      // Expert labels in a seeded order; route j of token t is entry j * T + t of the experts'
-      // runs laid end to end, so a token never repeats an expert (every run is at most T long).
-      std::vector<int> label(static_cast<size_t>(E));
-      for (int e = 0; e < E; ++e) label[size_t(e)] = e;
-      uint64_t h = seed;
-      for (int e = E - 1; e > 0; --e) {
-        h = ref::splitmix64(h);
-        std::swap(label[size_t(e)], label[size_t(h % uint64_t(e + 1))]);
-      }
-      std::vector<int32_t> runs;
-      for (int e = 0; e < E; ++e) runs.insert(runs.end(), size_t(c[size_t(e)]), label[size_t(e)]);
-      std::vector<int32_t> ids(size_t(T) * k);
-      for (int t = 0; t < T; ++t)
-        for (int j = 0; j < k; ++j) ids[size_t(t) * k + j] = runs[size_t(j) * T + t];
+      const std::vector<int32_t> ids = ids_from_counts(c, T, k, seed);
       detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, ci.name);
       std::vector<LayerRun> narrowed;  // per mode, with the knob on
       int compared = 0;                // deterministic outputs compared bitwise
