@@ -4,7 +4,8 @@
 # whole producer warp in two ballot rounds instead of a serial binary search (session 45: the routing-numbered walk
 # cost ~650 warp instructions a tile more than the static numbering, the qwen presets 2.5-6.5% at T=128-1024) -
 # its tests with both numberings, the four sanitizers, and the A/B that decides whether static numbering can go.
-# sass_compare base -> ws: 80 of 125 functions identical, the grouped GEMMs +16-24 instructions (straight-line search).
+# sass_compare base -> ws: 80 of 125 functions identical, the 45 grouped GEMMs +8-72 instructions (straight-line search).
+# CPU test of the search (tests/gemm/test_walk_search.cpp, in the diff): passed here.
 # Binaries: BUILD_TARGETS="fusedmoe test_layer_gpu" scripts/build_variants.sh .device_carry/s46 \
 #   ws=docs/wip/walk_warp_search.diff   (base = main). Carry .device_carry/s46.
 # Predicted: ws with FMOE_STATIC_TILES=0 within ~1% of static numbering on the qwen presets (the down GEMM's extra
