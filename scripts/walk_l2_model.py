@@ -41,7 +41,9 @@ later ones after all of them; layer.cpp static_tiles, taken where the experts av
 deepseek-v3 T=2048). Model / measured (ncu, session 45 call 6, H200), deepseek-v3 T=2048, weights +
 activations, GB from DRAM: gate/up static 7.52 / 7.57, routing-numbered 5.70 / 6.82; down static
 3.71 / 3.70, routing-numbered 2.80 / 2.90. The static walk also keeps most half tails at full
-height (336 pairs against 1008 in the gate/up; makespan 30 against 24 tile times).
+height (336 pairs against 1008 in the gate/up; makespan 30 against 24 tile times). The
+routing-numbered gate/up's measured 6.82 GB is matched at r = 1.5-2 (6.47-6.68 GB, counter walk):
+a pair reads two weight tiles' k-blocks, about twice a full tile's time where DRAM-bound.
 """
 import argparse
 import collections
