@@ -19,7 +19,7 @@ s=$SECONDS; timeout 60 $V/base/test_layer_gpu --gtest_filter='*StaticTile*' > $R
 echo "base StaticTile rc=$? $((SECONDS-s)) s: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' $R/base_static.txt | tr '\n' ' ')"
 grep -E "Failure|expected|differs" $R/base_static.txt | head -8
 # Every case with the rule's numbering (the 600-forward test aside), then the decode-size cases numbered from the routing.
-for v in "1 -*RepeatedForwards*" "0 *EveryPresetShrunk*:*StaticTile*:*GivenRouting*:*NarrowTail*:*SplitK*:*OddSizes*"; do
+for v in "1 -*RepeatedForwards*" "0 *EveryPresetShrunk*:*StaticTile*:*GivenRouting*:*SplitK*:*FullSizePresetsAtDecode*"; do
   st=${v%% *}; f=${v#* }
   s=$SECONDS; FMOE_STATIC_TILES=$st timeout 200 $V/ws/test_layer_gpu --gtest_filter="$f" > $R/ws_layer_$st.txt 2>&1
   echo "ws test_layer_gpu static=$st rc=$? $((SECONDS-s)) s: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' $R/ws_layer_$st.txt | tr '\n' ' ')"
