@@ -76,18 +76,8 @@ def walk_items(counts, pairs):
     """Items in the engine's order: (weight tiles (e, wb) it reads, its token tile (e, tb))."""
     out = []
     for e, n in enumerate(counts):
-        if n == 0:
-            continue
-        tiles, tail = -(-n // BLOCK_T), n % BLOCK_T
-        if not (pairs and 0 < tail <= BLOCK_T // 2):
-            out += [(((e, wb),), (e, tb)) for wb in range(WEIGHT_TILES) for tb in range(tiles)]
-            continue
-        for j in range(WEIGHT_TILES // 2):
-            out += [(((e, 2 * j),), (e, tb)) for tb in range(tiles - 1)]
-            out.append((((e, 2 * j), (e, 2 * j + 1)), (e, tiles - 1)))
-            out += [(((e, 2 * j + 1),), (e, tb)) for tb in range(tiles - 1)]
-        if WEIGHT_TILES % 2:  # an odd last weight tile keeps its tail alone
-            out += [(((e, WEIGHT_TILES - 1),), (e, tb)) for tb in range(tiles)]
+        if n > 0:
+            out += walk_items_one(-(-n // BLOCK_T), n % BLOCK_T, e, pairs)
     return out
 
 
@@ -100,13 +90,14 @@ def walk_items_static(counts, pairs):
         tiles, tail = -(-n // BLOCK_T), n % BLOCK_T
         if tiles <= 1:
             continue
-        rest = [(w, (e, tb + 1)) for w, (_, tb) in walk_items_one(tiles - 1, tail, e, pairs)]
-        out += rest
+        out += [(w, (e, tb + 1)) for w, (_, tb) in walk_items_one(tiles - 1, tail, e, pairs)]
     return out
 
 
 def walk_items_one(tiles, tail, e, pairs):
-    """One expert's items over `tiles` token tiles (numbered from 0), the engine's order."""
+    """One expert's items over `tiles` token tiles (numbered from 0), the engine's order: token
+    tiles innermost; with a half tail, per two weight tiles 2j, 2j + 1: 2j's full tiles, the pair
+    item (both tails), 2j + 1's full tiles."""
     if not (pairs and 0 < tail <= BLOCK_T // 2):
         return [(((e, wb),), (e, tb)) for wb in range(WEIGHT_TILES) for tb in range(tiles)]
     out = []
@@ -114,7 +105,7 @@ def walk_items_one(tiles, tail, e, pairs):
         out += [(((e, 2 * j),), (e, tb)) for tb in range(tiles - 1)]
         out.append((((e, 2 * j), (e, 2 * j + 1)), (e, tiles - 1)))
         out += [(((e, 2 * j + 1),), (e, tb)) for tb in range(tiles - 1)]
-    if WEIGHT_TILES % 2:
+    if WEIGHT_TILES % 2:  # an odd last weight tile keeps its tail alone
         out += [(((e, WEIGHT_TILES - 1),), (e, tb)) for tb in range(tiles)]
     return out
 
