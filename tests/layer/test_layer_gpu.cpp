@@ -319,11 +319,14 @@ TEST(LayerGpu, TokensOnMDownGemmBiasesAndAPartialWave) {
   EXPECT_EQ(forced, 5) << "the tokens-as-M down configs of gemm_configs.def";
 }
 
-// The first route whose fp8 intermediate (codes and scales) differs between two runs of the same
+// The first route whose intermediate (codes and scales) differs between two runs of the same
 // case, or R if none: compared route by route, since the schedule kernel's slot order, and so the
-// compact rows, may differ between runs. fp8: one byte per value, h_scale [R, I_pad / h_block].
+// compact rows, may differ between runs. fp8: one byte per value, h_scale [R, I_pad / h_block];
+// bf16 (bf16 and 4-bit weights): two bytes per value, no scales.
 static size_t first_route_differing(const LayerRun& x, const LayerRun& y) {
-  const size_t hb = x.h.size() / x.row.size(), sb = hb / size_t(x.plan.h_block);
+  const size_t hb = x.h.size() / x.row.size();
+  const size_t sb = x.h_scale.empty() ? 0 : hb / size_t(x.plan.h_block);
+  EXPECT_EQ(x.h_scale.size(), y.h_scale.size()) << "the two runs' intermediates differ in precision";
   for (size_t r = 0; r < x.row.size(); ++r) {
     const int a = x.row[r], b = y.row[r];
     const bool same =
@@ -331,8 +334,8 @@ static size_t first_route_differing(const LayerRun& x, const LayerRun& y) {
                        : std::equal(x.h.begin() + size_t(a) * hb, x.h.begin() + size_t(a + 1) * hb,
                                     y.h.begin() + size_t(b) * hb) &&
                              // the scales' bits: as floats a NaN scale never equals itself
-                             std::memcmp(x.h_scale.data() + size_t(a) * sb,
-                                         y.h_scale.data() + size_t(b) * sb, sb * sizeof(float)) == 0;
+                             (sb == 0 || std::memcmp(x.h_scale.data() + size_t(a) * sb,
+                                                     y.h_scale.data() + size_t(b) * sb, sb * sizeof(float)) == 0);
     if (!same) return r;
   }
   return x.row.size();
