@@ -190,6 +190,14 @@ int select_waves(const GemmFamily& f, int block_t, int nb, int K, const std::str
     // 401 -> 394 and 148 -> 142.
     waves = 2;
     why = "256 weight rows per tile (BLOCK_T=128, fp8 down GEMM with tokens as M)";
+  } else if (f.weights == GemmWeights::bf16 && f.rows != GemmRows::gathered && nb >= 16) {
+    // The bf16 down GEMM at N >= 2048 takes two waves at short K as well. Measured on H200
+    // (session 46, call 2, down_bf16_bt128_w2_s4 forced against down_bf16_bt128_s6, two rounds,
+    // down GEMM us): qwen3-30b-a3b (K=768) T=2048 / 4096 / 8192 0.964, 0.997 / 0.975, 0.960 /
+    // 0.933, 0.949; qwen3.5-35b-a3b (K=512) 0.926, 0.928 / 1.023, 0.941 / 0.932, 0.944; layers
+    // 0.969-0.999 (the H100 measurement of the branch below predates the TMA-rows down GEMM).
+    waves = 2;
+    why = "256 weight rows per tile (BLOCK_T=128, bf16 down GEMM with N >= 2048: measured faster at K = 512 and 768)";
   } else if (K >= 2048 && nb >= 16) {
     // The combine epilogue (fp32 reductions of the whole tile) does not overlap the mainloop, so
     // the taller tile pays only where the mainloop is long and the tiles many. Measured on H100:
@@ -221,6 +229,32 @@ int select_waves(const GemmFamily& f, int block_t, int nb, int K, const std::str
 // 1.000 with a p90 1-6% higher) though model routing gains (0.976), and 1 row loses (1.004 /
 // 1.007). At H = 4096 (qwen3-235b-a22b) 2 rows lose (1.06) and 4 / 8 rows gain little (0.989 /
 // 0.997).
+// Measured on H200 (sessions 45-46, FMOE_STATIC_TILES=0 against static numbering, layer µs, the
+// bench's model routing). Static numbering walks cheaper (no search over the experts per tile;
+// the first tiles' numbers known before the routing exists), but an expert past its first tile
+// runs its later tiles after every expert's first, so their weights come from DRAM again; the
+// bigger an expert's weights, the more that costs. Per-expert gate/up weight bytes -> layer
+// time numbered from the routing / statically: qwen3.5-35b-a3b fp8 (2 MB) T=128 / 512 / 1024
+// 1.059 / 1.035 / 0.996; qwen3-30b-a3b fp8 (3 MB) 1.026 / 1.042 / 1.041; qwen3-235b-a22b
+// nvfp4 (6 MB) T=512 / 1024 1.010 / 0.999; deepseek-v3 nvfp4 (15 MB) T=512 / 1024 / 2048
+// 0.916 / 0.957 / 0.948; deepseek-v3 fp8 (29 MB) 0.988 / 1.001 / 0.953 (ncu at T=2048: gate/up
+// DRAM 7.57 -> 6.82 GB, down 3.70 -> 2.90); deepseek-v3 bf16 (59 MB) T=1024 / 2048 0.800 /
+// 0.833. So static numbering stays where the experts average <= half a token tile (few
+// overflow) and an expert's gate/up weights are under 8 MiB.
+bool static_tile_numbering(double hit, double rows, int block_t, double expert_weight_bytes,
+                           std::string* reason) {
+  const bool few_rows = hit > 0.9 && rows <= block_t / 2.0;
+  const bool small = expert_weight_bytes < double(kStaticTileMaxExpertBytes);
+  if (reason && few_rows) {
+    *reason += std::string(reason->empty() ? "" : "; ") +
+               (small ? "token tile 0 of every expert numbered statically (<= half a token tile per expert, "
+                        "gate/up weights < 8 MiB an expert)"
+                      : "every token tile numbered from the routing (gate/up weights >= 8 MiB an expert: "
+                        "an overflowing expert's weights would be read twice)");
+  }
+  return few_rows && small;
+}
+
 bool fp8_layer_wide_tiles(double rows, int H, int up_weight_tiles, int down_weight_tiles, std::string* reason) {
   if (up_weight_tiles % 2 != 0 || down_weight_tiles % 2 != 0) return false;
   const char* why = nullptr;

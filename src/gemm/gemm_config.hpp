@@ -70,6 +70,13 @@ struct GemmFamily {
   GemmRows rows;
   GemmEpilogue epilogue;
 };
+/// Whether the layer numbers every expert's token tile 0 statically (before the routing exists):
+/// `hit` the chance a routed expert is hit, `rows` the routes per expert expected (T * k / E),
+/// `expert_weight_bytes` one expert's gate/up weights as stored. Appends the reason where the
+/// rows would allow it.
+inline constexpr size_t kStaticTileMaxExpertBytes = size_t(8) << 20;
+bool static_tile_numbering(double hit, double rows, int block_t, double expert_weight_bytes,
+                           std::string* reason);
 /// Whether the FP8 layer takes BLOCK_T=128 (two-wave tokens-as-M tiles in both GEMMs) below
 /// select_block_t's 40 rows per expert: `rows` expected per expert, H the hidden size (the gate/up's
 /// K), the two GEMMs' 128-row weight tiles per expert. Sets `reason` when it does.

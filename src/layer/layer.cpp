@@ -816,16 +816,13 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   const int R = T * L.k_total;
   plan.fused_schedule = knobs().fused_schedule && bt <= 64 && R <= kFusedScheduleRoutes;
   // Static numbering (each expert's token tile 0 numbered before the routing exists, the rest
-  // after all of them) where the experts average <= half a token tile. It walks cheaper: measured
-  // on H200 (session 45, calls 6-9, FMOE_STATIC_TILES=0 against it) the routing-numbered walk lost
-  // 2.5-6.5% on the qwen presets at T=128-1024, in the down GEMM (qwen3.5 T=128: 97 -> 110 us,
-  // 12% more instructions, the same DRAM bytes; the narrow tails off changed nothing). But an
-  // expert past one token tile re-reads its weights from DRAM for its later tiles: deepseek-v3
-  // T=2048 under the model's skewed routing read 7.57 / 3.70 GB (gate/up / down) against 6.82 /
-  // 2.90 numbered from the routing, and the layer ran 0.953x numbered from the routing (even
-  // routing 1.008x). A cheaper routing-numbered walk would take both (docs/wip/walk_warp_search.diff,
-  // not yet run).
-  const bool static_tiles = knobs().static_tiles && hit > 0.9 && double(T) * k / E <= bt / 2.0;
+  // after all of them) where the experts average <= half a token tile and an expert's weights are
+  // small enough that re-reading an overflowing one's is cheaper than the routing-numbered walk:
+  // static_tile_numbering has the measurements. (docs/tried/walk_warp_search.diff: a cheaper
+  // routing-numbered walk, 1.001x with static numbering, 0.99-1.0 without; not kept.)
+  const double expert_weight_bytes = 2.0 * L.I * H * (L.fp8 ? 1.0 : L.e2m1 ? 0.5 : 2.0);
+  const bool static_tiles = knobs().static_tiles &&
+      static_tile_numbering(hit, double(T) * k / E, bt, expert_weight_bytes, &plan.config_reason);
   // GEMM 1 (whole tiles: its epilogue needs the full sum) at decode has few tiles: deepseek-v3 at
   // T=1 has 9 experts x 32 = 288, 2.2 waves on 132 SMs, so a third of the SMs idle through the
   // last wave (measured on H100: gate_up 107 us for 264 MB, 2.5 TB/s). Split K in S parts so that

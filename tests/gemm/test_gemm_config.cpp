@@ -41,6 +41,27 @@ TEST(GemmConfig, TileWidthFollowsRowsPerExpert) {
   EXPECT_EQ(bt4(1024, 8, 256), 64);
 }
 
+TEST(GemmConfig, StaticTileNumberingOnlyForSmallExperts) {
+  const double MB = 1 << 20;
+  std::string why;
+  // qwen3-30b-a3b fp8 T=512 (32 rows, BLOCK_T=128, 3 MB of gate/up an expert): static.
+  EXPECT_TRUE(static_tile_numbering(1.0, 32, 128, 2.0 * 768 * 2048, &why));
+  EXPECT_NE(why.find("numbered statically"), std::string::npos) << why;
+  // deepseek-v3 fp8 T=2048 (64 rows, 29 MB an expert): from the routing, and says why.
+  why.clear();
+  EXPECT_FALSE(static_tile_numbering(1.0, 64, 128, 2.0 * 2048 * 7168, &why));
+  EXPECT_NE(why.find(">= 8 MiB"), std::string::npos) << why;
+  // The boundary: under 8 MiB, at most half a token tile, more than 90% of the experts hit.
+  EXPECT_TRUE(static_tile_numbering(0.91, 64, 128, 8 * MB - 1, nullptr));
+  EXPECT_FALSE(static_tile_numbering(0.91, 64, 128, 8 * MB, nullptr));
+  EXPECT_FALSE(static_tile_numbering(0.91, 64.5, 128, MB, nullptr));
+  EXPECT_FALSE(static_tile_numbering(0.9, 8, 128, MB, nullptr));
+  // Where the rows rule it out, no reason is given (another rule decided).
+  why.clear();
+  EXPECT_FALSE(static_tile_numbering(1.0, 40, 64, MB, &why));
+  EXPECT_TRUE(why.empty()) << why;
+}
+
 TEST(GemmConfig, Fp8LayerTakesWideTilesWhereMeasuredFaster) {
   std::string why;
   // deepseek-v3 (H 7168, 32 / 56 weight tiles): from 16 rows per expert.
@@ -107,10 +128,16 @@ TEST(GemmConfig, WavesDoubleTheWeightTileWhereMeasuredFaster) {
   // The combine epilogue is not overlapped: short K or few weight tiles keep one wave (the
   // bf16 down at K=768; the qwen3.5 projection: N=512), the gate/up GEMM takes two there, and so
   // does the fp8 down GEMM (tokens as M, measured faster with two waves at K = 512 and 768).
-  for (const GemmFamily& f : {kProjection, kDownBf16}) {
-    EXPECT_EQ(select_waves(f, 128, 16, 768, "", nullptr), 1);
-    EXPECT_EQ(select_waves(f, 128, 4, 2048, "", nullptr), 1);
+  for (const GemmFamily& f : {kProjection, kDownBf16}) EXPECT_EQ(select_waves(f, 128, 4, 2048, "", nullptr), 1);
+  EXPECT_EQ(select_waves(kProjection, 128, 16, 768, "", nullptr), 1);
+  // ... but the bf16 down GEMM takes two at N >= 2048 (session 46: measured faster at K = 512, 768).
+  for (int K : {512, 768}) {
+    std::string why;
+    EXPECT_EQ(select_waves(kDownBf16, 128, 16, K, "", &why), 2) << K;
+    EXPECT_NE(why.find("bf16 down GEMM with N >= 2048"), std::string::npos) << why;
   }
+  EXPECT_EQ(select_waves(kDownBf16, 128, 15, 768, "", nullptr), 1);  // odd weight tiles
+  EXPECT_EQ(select_waves(kDownBf16, 64, 16, 768, "", nullptr), 1);
   for (const GemmFamily& f : {kDownFp8, kDownFp8S128}) {
     EXPECT_EQ(select_waves(f, 128, 16, 768, "", nullptr), 2);
     EXPECT_EQ(select_waves(f, 128, 4, 512, "", nullptr), 2);
