@@ -234,13 +234,17 @@ int select_waves(const GemmFamily& f, int block_t, int nb, int K, const std::str
 // the first tiles' numbers known before the routing exists), but an expert past its first tile
 // runs its later tiles after every expert's first, so their weights come from DRAM again; the
 // bigger an expert's weights, the more that costs. Per-expert gate/up weight bytes -> layer
-// time numbered from the routing / statically: qwen3.5-35b-a3b fp8 (2 MB) T=128 / 512 / 1024
-// 1.059 / 1.035 / 0.996; qwen3-30b-a3b fp8 (3 MB) 1.026 / 1.042 / 1.041; qwen3-235b-a22b
-// nvfp4 (6 MB) T=512 / 1024 1.010 / 0.999; deepseek-v3 nvfp4 (15 MB) T=512 / 1024 / 2048
-// 0.916 / 0.957 / 0.948; deepseek-v3 fp8 (29 MB) 0.988 / 1.001 / 0.953 (ncu at T=2048: gate/up
-// DRAM 7.57 -> 6.82 GB, down 3.70 -> 2.90); deepseek-v3 bf16 (59 MB) T=1024 / 2048 0.800 /
-// 0.833. So static numbering stays where the experts average <= half a token tile (few
-// overflow) and an expert's gate/up weights are under 8 MiB.
+// time numbered from the routing / statically: qwen3.5-35b-a3b fp8 (2.1 MB) T=128 / 512 / 1024
+// 1.059 / 1.035 / 0.996; qwen3-30b-a3b fp8 (3.1 MB) 1.026 / 1.042 / 1.041; qwen3-235b-a22b
+// nvfp4 (6.3 MB) T=512 / 1024 1.010 / 0.999; qwen3-235b-a22b fp8 (12.6 MB) T=128 / 512 / 1024
+// 1.029 / 1.010 / 1.036; deepseek-v3 nvfp4 (14.7 MB) T=512 / 1024 / 2048 0.916 / 0.957 /
+// 0.948; gpt-oss-120b fp8 (16.6 MB) T=512 / 2048 0.897 / 0.981; deepseek-v3 fp8 (29 MB)
+// 0.988 / 1.001 / 0.953 (ncu at T=2048: gate/up DRAM 7.57 -> 6.82 GB, down 3.70 -> 2.90);
+// deepseek-v3 bf16 (59 MB) T=1024 / 2048 0.800 / 0.833; llama4-maverick fp8 (84 MB) T=2048 /
+// 8192 0.995 / 1.003. So static numbering stays where the experts average <= half a token tile
+// (few overflow) and an expert's gate/up weights are under 13 MiB: the line falls between
+// 12.6 MB (static faster) and 14.7 MB (numbered from the routing faster), where nothing was
+// measured.
 bool static_tile_numbering(double hit, double rows, int block_t, double expert_weight_bytes,
                            std::string* reason) {
   const bool few_rows = hit > 0.9 && rows <= block_t / 2.0;
@@ -248,8 +252,8 @@ bool static_tile_numbering(double hit, double rows, int block_t, double expert_w
   if (reason && few_rows) {
     *reason += std::string(reason->empty() ? "" : "; ") +
                (small ? "token tile 0 of every expert numbered statically (<= half a token tile per expert, "
-                        "gate/up weights < 8 MiB an expert)"
-                      : "every token tile numbered from the routing (gate/up weights >= 8 MiB an expert: "
+                        "gate/up weights < 13 MiB an expert)"
+                      : "every token tile numbered from the routing (gate/up weights >= 13 MiB an expert: "
                         "an overflowing expert's weights would be read twice)");
   }
   return few_rows && small;

@@ -74,7 +74,7 @@ struct GemmFamily {
 /// `hit` the chance a routed expert is hit, `rows` the routes per expert expected (T * k / E),
 /// `expert_weight_bytes` one expert's gate/up weights as stored. Appends the reason where the
 /// rows would allow it.
-inline constexpr size_t kStaticTileMaxExpertBytes = size_t(8) << 20;
+inline constexpr size_t kStaticTileMaxExpertBytes = size_t(13) << 20;
 bool static_tile_numbering(double hit, double rows, int block_t, double expert_weight_bytes,
                            std::string* reason);
 /// Whether the FP8 layer takes BLOCK_T=128 (two-wave tokens-as-M tiles in both GEMMs) below

@@ -50,10 +50,13 @@ TEST(GemmConfig, StaticTileNumberingOnlyForSmallExperts) {
   // deepseek-v3 fp8 T=2048 (64 rows, 29 MB an expert): from the routing, and says why.
   why.clear();
   EXPECT_FALSE(static_tile_numbering(1.0, 64, 128, 2.0 * 2048 * 7168, &why));
-  EXPECT_NE(why.find(">= 8 MiB"), std::string::npos) << why;
-  // The boundary: under 8 MiB, at most half a token tile, more than 90% of the experts hit.
-  EXPECT_TRUE(static_tile_numbering(0.91, 64, 128, 8 * MB - 1, nullptr));
-  EXPECT_FALSE(static_tile_numbering(0.91, 64, 128, 8 * MB, nullptr));
+  EXPECT_NE(why.find(">= 13 MiB"), std::string::npos) << why;
+  // qwen3-235b-a22b fp8 (12.6 MB): static; deepseek-v3 nvfp4 (14.7 MB): from the routing.
+  EXPECT_TRUE(static_tile_numbering(1.0, 32, 128, 2.0 * 1536 * 4096, nullptr));
+  EXPECT_FALSE(static_tile_numbering(1.0, 32, 128, 2.0 * 2048 * 7168 * 0.5, nullptr));
+  // The boundary: under 13 MiB, at most half a token tile, more than 90% of the experts hit.
+  EXPECT_TRUE(static_tile_numbering(0.91, 64, 128, 13 * MB - 1, nullptr));
+  EXPECT_FALSE(static_tile_numbering(0.91, 64, 128, 13 * MB, nullptr));
   EXPECT_FALSE(static_tile_numbering(0.91, 64.5, 128, MB, nullptr));
   EXPECT_FALSE(static_tile_numbering(0.9, 8, 128, MB, nullptr));
   // Where the rows rule it out, no reason is given (another rule decided).

@@ -431,7 +431,7 @@ TEST(LayerGpu, StaticTileNumberingWithHotExperts) {
         check_down(lc, d, g.layer->impl(), run, ctx);
         if (run.plan.gemv) continue;  // 4-bit weights at a few tokens: no tiles
         const int bt = detail::gemm_config_info(run.plan.up_config).block_t;
-        // Every expert but two is hit (hit > 0.9); 256 x 256 weights are far under the 8 MiB.
+        // Every expert but two is hit (hit > 0.9); 256 x 256 weights are far under kStaticTileMaxExpertBytes.
         const bool rule = detail::static_tile_numbering(1.0, double(T) * k / E, bt, 2.0 * 256 * 256 * 2, nullptr);
         ASSERT_EQ(run.plan.up.static_tiles != 0, st && rule) << ctx << " BLOCK_T=" << bt;
         ASSERT_EQ(run.plan.down.static_tiles != 0, st && rule) << ctx;
