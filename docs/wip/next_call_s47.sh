@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DRAFT (not run), ~6 min: the first GPU run of main's static-numbering line at 13 MiB (session 46 shipped it after its
+# DRAFT (not run), ~8 min: the first GPU run of main's static-numbering line at 13 MiB (session 46 shipped it after its
 # device time ran out; call 4's gpu_check ran the same code with the line at 8 MiB). Binaries: main at 2ca9ecd
 # (fusedmoe, test_layer_gpu) in .device_carry/s47 (rebuild: ninja -C build fusedmoe test_layer_gpu, then strip + xz -3
 # both into .device_carry/s47). Carry .device_carry/s47.
@@ -23,4 +23,16 @@ for v in "fp8 qwen3-235b-a22b 128,512,1024" "fp8 gpt-oss-120b 512,2048" "fp8 dee
   python3 scripts/bench_compare.py default=$R/st_$2_$1_1.json routing=$R/st_$2_$1_0.json 2>&1 | grep -E "^layer "
   echo "t=$SECONDS s"
 done
+tar cJf $OUT/r.txz -C $OUT r
+# The NVFP4 down GEMM at qwen shapes (K = 512 / 768, N = 2048) runs one wave (select_waves: K < 2048); the bf16 down
+# there gained 3-8% with two waves (session 46). The same question for e2m1: two rounds forced against the rule.
+for i in 1 2; do for c in auto w2; do
+  if [ $c = w2 ]; then export FMOE_FORCE_CONFIG=down_e2m1_bt128_w2_s6; else unset FMOE_FORCE_CONFIG; fi
+  timeout 60 $V/fusedmoe bench --op layer --precision nvfp4 --stages on --presets qwen3-30b-a3b,qwen3.5-35b-a3b \
+    --tokens 2048,4096,8192 --json $R/e_${c}_$i.json > $R/e_${c}_$i.txt 2>&1; echo "e2m1 $c round $i rc=$?"
+done; done
+unset FMOE_FORCE_CONFIG
+for i in 1 2; do python3 scripts/bench_compare.py auto=$R/e_auto_$i.json w2=$R/e_w2_$i.json 2>&1 | grep -E "^layer(\.down)? |geomean"; done
+grep -h "^layer " $R/e_auto_1.txt | awk '{print $2, $4, $5}'
+echo "t=$SECONDS s"
 tar cJf $OUT/r.txz -C $OUT r; rm -rf $OUT/r
