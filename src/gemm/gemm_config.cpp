@@ -195,7 +195,8 @@ int select_waves(const GemmFamily& f, int block_t, int nb, int K, const std::str
     // (session 46, call 2, down_bf16_bt128_w2_s4 forced against down_bf16_bt128_s6, two rounds,
     // down GEMM us): qwen3-30b-a3b (K=768) T=2048 / 4096 / 8192 0.964, 0.997 / 0.975, 0.960 /
     // 0.933, 0.949; qwen3.5-35b-a3b (K=512) 0.926, 0.928 / 1.023, 0.941 / 0.932, 0.944; layers
-    // 0.969-0.999 (the H100 measurement of the branch below predates the TMA-rows down GEMM).
+    // 0.969-0.999. (The branch below's H100 measurement found K = 512 / 768 slower with two
+    // waves; not measured again on an H100.)
     waves = 2;
     why = "256 weight rows per tile (BLOCK_T=128, bf16 down GEMM with N >= 2048: measured faster at K = 512 and 768)";
   } else if (K >= 2048 && nb >= 16) {
@@ -212,23 +213,6 @@ int select_waves(const GemmFamily& f, int block_t, int nb, int K, const std::str
   return waves;
 }
 
-// Measured on H200 (session 42, docs/performance.md; layer µs with even loads, the narrow rule ->
-// BLOCK_T=128 with two waves): deepseek-v3 (H = 7168) T=512, 16 rows, 3057.7 -> 2948.6 and T=1024,
-// 32 rows, 3475.7 -> 2990.6 (under the bench's skewed model routing 2707 -> 1988 and 3259 -> 2299);
-// qwen3.5-35b-a3b (H = 2048) 16 rows 273.7 -> 291.5 but 32 rows 314.8 -> 300.1; qwen3-30b-a3b
-// (H = 2048) 16 rows 183.8 -> 197.7, 32 rows 207.0 -> 205.7; gpt-oss-120b (45 and 23 weight tiles:
-// no two-wave tiles, so one-wave tokens-as-M) 853 -> 1265 and 987 -> 1330. So from 32 rows where
-// both GEMMs can take two waves, and from 16 where the gate/up's K is long as well (H >= 4096:
-// its tokens-as-M promotion, one per k-stage, saves the most there). Session 43 (call 1, the rule
-// against the narrow one): deepseek-v3 T=512-1280 0.825-0.933, qwen3.5 T=1024 / 1280 0.957 / 0.918,
-// qwen3-30b T=512 / 640 0.994 / 0.946. Session 44 (H200, BLOCK_T=128 forced against the narrow
-// rule, layer median µs): where H >= 7168 the wide tiles pay from 4 rows: deepseek-v3 T=128 / 256
-// (4 / 8 rows) 0.980 / 0.965 (call 5) and 0.988 / 0.980 (call 9, two rounds alternating on one
-// card) under even loads, 0.940 / 0.947 under the bench's model routing (its skew gives the hit
-// experts more rows than the mean); at 2 rows (T=64) even loads are a wash (0.986, then 1.007 /
-// 1.000 with a p90 1-6% higher) though model routing gains (0.976), and 1 row loses (1.004 /
-// 1.007). At H = 4096 (qwen3-235b-a22b) 2 rows lose (1.06) and 4 / 8 rows gain little (0.989 /
-// 0.997).
 // Measured on H200 (sessions 45-46, FMOE_STATIC_TILES=0 against static numbering, layer µs, the
 // bench's model routing). Static numbering walks cheaper (no search over the experts per tile;
 // the first tiles' numbers known before the routing exists), but an expert past its first tile
@@ -259,6 +243,23 @@ bool static_tile_numbering(double hit, double rows, int block_t, double expert_w
   return few_rows && small;
 }
 
+// Measured on H200 (session 42, docs/performance.md; layer µs with even loads, the narrow rule ->
+// BLOCK_T=128 with two waves): deepseek-v3 (H = 7168) T=512, 16 rows, 3057.7 -> 2948.6 and T=1024,
+// 32 rows, 3475.7 -> 2990.6 (under the bench's skewed model routing 2707 -> 1988 and 3259 -> 2299);
+// qwen3.5-35b-a3b (H = 2048) 16 rows 273.7 -> 291.5 but 32 rows 314.8 -> 300.1; qwen3-30b-a3b
+// (H = 2048) 16 rows 183.8 -> 197.7, 32 rows 207.0 -> 205.7; gpt-oss-120b (45 and 23 weight tiles:
+// no two-wave tiles, so one-wave tokens-as-M) 853 -> 1265 and 987 -> 1330. So from 32 rows where
+// both GEMMs can take two waves, and from 16 where the gate/up's K is long as well (H >= 4096:
+// its tokens-as-M promotion, one per k-stage, saves the most there). Session 43 (call 1, the rule
+// against the narrow one): deepseek-v3 T=512-1280 0.825-0.933, qwen3.5 T=1024 / 1280 0.957 / 0.918,
+// qwen3-30b T=512 / 640 0.994 / 0.946. Session 44 (H200, BLOCK_T=128 forced against the narrow
+// rule, layer median µs): where H >= 7168 the wide tiles pay from 4 rows: deepseek-v3 T=128 / 256
+// (4 / 8 rows) 0.980 / 0.965 (call 5) and 0.988 / 0.980 (call 9, two rounds alternating on one
+// card) under even loads, 0.940 / 0.947 under the bench's model routing (its skew gives the hit
+// experts more rows than the mean); at 2 rows (T=64) even loads are a wash (0.986, then 1.007 /
+// 1.000 with a p90 1-6% higher) though model routing gains (0.976), and 1 row loses (1.004 /
+// 1.007). At H = 4096 (qwen3-235b-a22b) 2 rows lose (1.06) and 4 / 8 rows gain little (0.989 /
+// 0.997).
 bool fp8_layer_wide_tiles(double rows, int H, int up_weight_tiles, int down_weight_tiles, std::string* reason) {
   if (up_weight_tiles % 2 != 0 || down_weight_tiles % 2 != 0) return false;
   const char* why = nullptr;

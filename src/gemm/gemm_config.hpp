@@ -72,8 +72,8 @@ struct GemmFamily {
 };
 /// Whether the layer numbers every expert's token tile 0 statically (before the routing exists):
 /// `hit` the chance a routed expert is hit, `rows` the routes per expert expected (T * k / E),
-/// `expert_weight_bytes` one expert's gate/up weights as stored. Appends the reason where the
-/// rows would allow it.
+/// `expert_weight_bytes` one expert's gate/up weight codes in bytes (1, 2 or 0.5 a value). Appends
+/// the reason where the rows would allow it.
 inline constexpr size_t kStaticTileMaxExpertBytes = size_t(13) << 20;
 bool static_tile_numbering(double hit, double rows, int block_t, double expert_weight_bytes,
                            std::string* reason);

@@ -818,9 +818,10 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   // Static numbering (each expert's token tile 0 numbered before the routing exists, the rest
   // after all of them) where the experts average <= half a token tile and an expert's weights are
   // small enough that re-reading an overflowing one's is cheaper than the routing-numbered walk:
-  // static_tile_numbering has the measurements. (docs/tried/walk_warp_search.diff: a cheaper
-  // routing-numbered walk, 1.001x with static numbering, 0.99-1.0 without; not kept.)
-  const double expert_weight_bytes = 2.0 * L.I * H * (L.fp8 ? 1.0 : L.e2m1 ? 0.5 : 2.0);
+  // static_tile_numbering has the measurements. (docs/tried/walk_warp_search.diff, a cheaper
+  // search in the routing-numbered walk: 0.96-1.00 of it on the qwen presets, still up to 1.05x
+  // slower than static numbering there; not kept.)
+  const double expert_weight_bytes = 2.0 * L.I * H * (L.fp8 ? 1.0 : L.e2m1 ? 0.5 : 2.0);  // codes, no scales
   const bool static_tiles = knobs().static_tiles &&
       static_tile_numbering(hit, double(T) * k / E, bt, expert_weight_bytes, &plan.config_reason);
   // GEMM 1 (whole tiles: its epilogue needs the full sum) at decode has few tiles: deepseek-v3 at

@@ -129,8 +129,8 @@ TEST(GemmConfig, WavesDoubleTheWeightTileWhereMeasuredFaster) {
     EXPECT_EQ(c.block_t, 128);
   }
   // The combine epilogue is not overlapped: short K or few weight tiles keep one wave (the
-  // bf16 down at K=768; the qwen3.5 projection: N=512), the gate/up GEMM takes two there, and so
-  // does the fp8 down GEMM (tokens as M, measured faster with two waves at K = 512 and 768).
+  // projection at K=768; N=512), the gate/up GEMM takes two there, and so does the fp8 down GEMM
+  // (tokens as M, measured faster with two waves at K = 512 and 768).
   for (const GemmFamily& f : {kProjection, kDownBf16}) EXPECT_EQ(select_waves(f, 128, 4, 2048, "", nullptr), 1);
   EXPECT_EQ(select_waves(kProjection, 128, 16, 768, "", nullptr), 1);
   // ... but the bf16 down GEMM takes two at N >= 2048 (session 46: measured faster at K = 512, 768).
