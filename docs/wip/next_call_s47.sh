@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # DRAFT (not run), ~8 min: the first GPU run of main's static-numbering line at 13 MiB (session 46 shipped it after its
-# device time ran out; call 4's gpu_check ran the same code with the line at 8 MiB). Binaries: main at 2ca9ecd
+# device time ran out; call 4's gpu_check ran the same code with the line at 8 MiB). Binaries: main at 38affee
 # (fusedmoe, test_layer_gpu) in .device_carry/s47 (rebuild: ninja -C build fusedmoe test_layer_gpu, then strip + xz -3
 # both into .device_carry/s47). Carry .device_carry/s47.
 # Expected: test_layer_gpu 24/24. Layer: numbered from the routing by default where an expert's gate/up weights are
