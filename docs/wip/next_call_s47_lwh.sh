@@ -19,7 +19,7 @@ s=$SECONDS; timeout 200 $V/test_layer_gpu --gtest_filter='*LastWave*:*NarrowTail
 echo "test_layer_gpu rc=$? $((SECONDS-s)) s: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' $R/tests.txt | tr '\n' ' ')"
 grep -E "Failure|expected|differs" $R/tests.txt | head -8
 for i in 1 2; do for h in 1 0; do
-  FMOE_LAST_WAVE_HALVES=$h timeout 80 $V/fusedmoe bench --op layer --stages on --mode both \
+  FMOE_LAST_WAVE_HALVES=$h timeout 120 $V/fusedmoe bench --op layer --stages on --mode both \
     --presets qwen3-30b-a3b,qwen3.5-35b-a3b,deepseek-v3 --tokens 2048,4096,8192 \
     --json $R/h${h}_$i.json > $R/h${h}_$i.txt 2>&1; echo "halves=$h round $i rc=$?"
 done
