@@ -12,7 +12,7 @@ V=.device_carry/s47; R=$OUT/r; mkdir -p $R
 xz -d -f -T0 $V/fusedmoe.xz; chmod +x $V/fusedmoe
 for st in 1 0; do
   FMOE_STATIC_TILES=$st timeout 150 scripts/ncu_layer.sh $V/fusedmoe qwen3-30b-a3b 1024 $R/st$st
-  grep -E "^  [a-z_]+grouped_gemm|Duration|Executed Instructions  |SM Active Cycles|DRAM Throughput|Memory Throughput" \
+  grep -E "grouped_gemm_kernel<|Duration|Executed Instructions  |SM Active Cycles|DRAM Throughput|Memory Throughput" \
     $R/st$st/*.txt | head -24
 done
 timeout 200 scripts/ncu_layer.sh $V/fusedmoe qwen3-30b-a3b 8192 $R/t8192
