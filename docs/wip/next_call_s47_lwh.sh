@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # DRAFT (not run), ~6 min: docs/wip/last_wave_halves.diff, the last wave's items in halves in the two-wave tokens-as-M
-# GEMMs that run whole tiles only (the fp8 gate/up; the fp8 down in deterministic mode). Binaries: .device_carry/s47l =
+# GEMMs that run whole tiles only (the fp8 gate/up; the fp8 down in deterministic mode and on fast mode's bf16 route rows). Binaries: .device_carry/s47l =
 # main 867651d + the diff (fusedmoe and all 13 GPU test binaries, for a gpu_check after), .device_carry/s47 = main.
 # Rebuild: git apply docs/wip/last_wave_halves.diff && ninja -C build && strip + xz -3 build/fusedmoe and
 # build/tests/test_*_gpu into .device_carry/s47l && git checkout -- README.md src tests. Carry .device_carry/s47l.
