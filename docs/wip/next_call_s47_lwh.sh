@@ -1,32 +1,37 @@
 #!/usr/bin/env bash
-# DRAFT (not run), ~6 min: docs/wip/last_wave_halves.diff, the last wave's items in halves in the two-wave tokens-as-M
-# GEMMs that run whole tiles only (the fp8 gate/up; the fp8 down in deterministic mode and on fast mode's bf16 route rows). Binaries: .device_carry/s47l =
-# main 867651d + the diff (fusedmoe and all 13 GPU test binaries, for a gpu_check after), .device_carry/s47 = main.
-# Rebuild: git apply docs/wip/last_wave_halves.diff && ninja -C build && strip + xz -3 build/fusedmoe and
-# build/tests/test_*_gpu into .device_carry/s47l && git checkout -- README.md src tests. Carry .device_carry/s47l.
-# sass (scripts/sass_compare.py, main -> diff): 41 of 45 grouped GEMM kernels identical; the 4 fp8 two-wave
-# tokens-as-M ones +160 instructions, no new local memory. CPU: test_half_tile_walk 4/4 (the halves cover the walk and
-# shorten an equal-item list schedule), ctest 40/40.
-# Predicted (numpy draws of the bench's routing, items of equal length, a half 0.55 of an item): the gate/up at T=2048
-# 5-6% faster on qwen3-30b-a3b (921-969 items on 132 CTAs) and qwen3.5-35b-a3b, ~2% at T=4096, 0-2% at T=8192;
-# unchanged where nothing halves (then the knob changes nothing: the same walk).
+# DRAFT (not run), ~7 min: the last wave's items in halves, where a grouped GEMM runs whole tiles only (the gate/up;
+# the down in deterministic mode and on fast mode's bf16 route rows) and the last wave would keep at most half the
+# CTAs busy (knob FMOE_LAST_WAVE_HALVES, default on in both variants):
+#   lwh = main + docs/wip/last_wave_halves.diff: the two-wave tokens-as-M tiles (fp8) at half height (HalfTile);
+#   nar = lwh + docs/wip/last_wave_halves_narrow.diff: also the weights-as-M tiles at half width (TileWidth: the NVFP4
+#         and fp8 one-wave configs), and the GPU test's NVFP4 case.
+# Binaries (carry all three): .device_carry/s47l (lwh: fusedmoe, test_layer_gpu), .device_carry/s47n (nar: fusedmoe and
+# all 13 GPU test binaries, for a gpu_check after), main in .device_carry/s47. Rebuild: git apply the diffs in order,
+# ninja -C build, strip + xz -3 into the folder, git checkout -- README.md src tests.
+# sass (scripts/sass_compare.py, main -> lwh / nar): 41 / 27 of 45 grouped GEMM kernels identical, the others +150-260
+# instructions, no new local memory. CPU: test_half_tile_walk 4/4 (the halves cover the walk and shorten an equal-item
+# list schedule), ctest 40/40 with each.
+# Predicted (scripts/last_wave_model.py: numpy draws of the bench's routing, equal items, a half 0.55 of an item): the
+# fp8 gate/up at T=2048 5-6% faster on the qwen presets, ~2% at T=4096; NVFP4 (nar) less (a half decodes the same
+# weights); unchanged where nothing halves (the knob then changes nothing: the same walk).
 set -u
 export FMOE_NO_SETUP=1
-V=.device_carry/s47l; R=$OUT/r; mkdir -p $R
-xz -d -f -T0 $V/*.xz; chmod +x $V/*
-s=$SECONDS; timeout 200 $V/test_layer_gpu --gtest_filter='*LastWave*:*NarrowTail*:*DynamicItems*:*StaticTile*:*Sanitizer*' \
-  > $R/tests.txt 2>&1
-echo "test_layer_gpu rc=$? $((SECONDS-s)) s: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' $R/tests.txt | tr '\n' ' ')"
-grep -E "Failure|expected|differs" $R/tests.txt | head -8
-for i in 1 2; do for h in 1 0; do
-  FMOE_LAST_WAVE_HALVES=$h timeout 120 $V/fusedmoe bench --op layer --stages on --mode both \
+R=$OUT/r; mkdir -p $R
+for d in s47l s47n; do xz -d -f -T0 .device_carry/$d/*.xz; chmod +x .device_carry/$d/*; done
+s=$SECONDS; timeout 200 .device_carry/s47n/test_layer_gpu \
+  --gtest_filter='*LastWave*:*NarrowTail*:*DynamicItems*:*StaticTile*:*Sanitizer*' > $R/tests_nar.txt 2>&1
+echo "nar test_layer_gpu rc=$? $((SECONDS-s)) s: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' $R/tests_nar.txt | tr '\n' ' ')"
+grep -E "Failure|expected|differs" $R/tests_nar.txt | head -8
+# Layer, knob on / off, same binary (the off walk is main's).
+for d in s47l s47n; do for h in 1 0; do
+  p=fp8; [ $d = s47n ] && p=nvfp4
+  FMOE_LAST_WAVE_HALVES=$h timeout 120 .device_carry/$d/fusedmoe bench --op layer --precision $p --stages on --mode both \
     --presets qwen3-30b-a3b,qwen3.5-35b-a3b,deepseek-v3 --tokens 2048,4096,8192 \
-    --json $R/h${h}_$i.json > $R/h${h}_$i.txt 2>&1; echo "halves=$h round $i rc=$?"
+    --json $R/${d}_h$h.json > $R/${d}_h$h.txt 2>&1; echo "$d $p halves=$h rc=$?"
 done
-python3 scripts/bench_compare.py whole=$R/h0_$i.json halves=$R/h1_$i.json 2>&1 | grep -E "^layer(\.gate_up|\.down)? |geomean"
+python3 scripts/bench_compare.py whole=$R/${d}_h0.json halves=$R/${d}_h1.json 2>&1 | grep -E "^layer(\.gate_up|\.down)? |geomean"
 tar cJf $OUT/r.txz -C $OUT r
 done
 echo "t=$SECONDS s"
 tar cJf $OUT/r.txz -C $OUT r; rm -rf $OUT/r
-# If the gate/up gains: the gpu_check call (~9 min) on the same binaries, as docs/calls/session46_call4.sh with
-# G=.device_carry/s47l.
+# If it gains: the gpu_check call (~9 min) on nar's binaries, as docs/calls/session46_call4.sh with G=.device_carry/s47n.
