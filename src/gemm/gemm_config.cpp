@@ -190,15 +190,19 @@ int select_waves(const GemmFamily& f, int block_t, int nb, int K, const std::str
     // 401 -> 394 and 148 -> 142.
     waves = 2;
     why = "256 weight rows per tile (BLOCK_T=128, fp8 down GEMM with tokens as M)";
-  } else if (f.weights == GemmWeights::bf16 && f.rows != GemmRows::gathered && nb >= 16) {
-    // The bf16 down GEMM at N >= 2048 takes two waves at short K as well. Measured on H200
-    // (session 46, call 2, down_bf16_bt128_w2_s4 forced against down_bf16_bt128_s6, two rounds,
-    // down GEMM us): qwen3-30b-a3b (K=768) T=2048 / 4096 / 8192 0.964, 0.997 / 0.975, 0.960 /
-    // 0.933, 0.949; qwen3.5-35b-a3b (K=512) 0.926, 0.928 / 1.023, 0.941 / 0.932, 0.944; layers
-    // 0.969-0.999. (The branch below's H100 measurement found K = 512 / 768 slower with two
-    // waves; not measured again on an H100.)
+  } else if ((f.weights == GemmWeights::bf16 || f.weights == GemmWeights::e2m1) &&
+             f.rows != GemmRows::gathered && nb >= 16) {
+    // The bf16 and e2m1 down GEMMs at N >= 2048 take two waves at short K as well (both feed bf16
+    // wgmma; e2m1 decodes its weights in registers, so a taller tile decodes once per more
+    // FLOPs). Measured on H200, the two-wave config forced against the one-wave one, two rounds,
+    // down GEMM: bf16 (session 46, call 2) qwen3-30b-a3b (K=768) T=2048 / 4096 / 8192 0.964,
+    // 0.997 / 0.975, 0.960 / 0.933, 0.949; qwen3.5-35b-a3b (K=512) 0.926, 0.928 / 1.023, 0.941 /
+    // 0.932, 0.944; layers 0.969-0.999. e2m1 (session 47, call 1) qwen3-30b-a3b 0.921, 0.917 /
+    // 0.938, 0.936 / 0.907, 0.901; qwen3.5-35b-a3b 0.956, 0.924 / 0.944, 0.942 / 0.913, 0.904;
+    // layers 0.956-0.986. (The branch below's H100 measurement found K = 512 / 768 slower with
+    // two waves for fp8 weights as M; not measured again on an H100.)
     waves = 2;
-    why = "256 weight rows per tile (BLOCK_T=128, bf16 down GEMM with N >= 2048: measured faster at K = 512 and 768)";
+    why = "256 weight rows per tile (BLOCK_T=128, bf16 / e2m1 down GEMM with N >= 2048: measured faster at K = 512 and 768)";
   } else if (K >= 2048 && nb >= 16) {
     // The combine epilogue (fp32 reductions of the whole tile) does not overlap the mainloop, so
     // the taller tile pays only where the mainloop is long and the tiles many. Measured on H100:

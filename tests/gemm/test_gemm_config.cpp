@@ -133,14 +133,18 @@ TEST(GemmConfig, WavesDoubleTheWeightTileWhereMeasuredFaster) {
   // (tokens as M, measured faster with two waves at K = 512 and 768).
   for (const GemmFamily& f : {kProjection, kDownBf16}) EXPECT_EQ(select_waves(f, 128, 4, 2048, "", nullptr), 1);
   EXPECT_EQ(select_waves(kProjection, 128, 16, 768, "", nullptr), 1);
-  // ... but the bf16 down GEMM takes two at N >= 2048 (session 46: measured faster at K = 512, 768).
-  for (int K : {512, 768}) {
-    std::string why;
-    EXPECT_EQ(select_waves(kDownBf16, 128, 16, K, "", &why), 2) << K;
-    EXPECT_NE(why.find("bf16 down GEMM with N >= 2048"), std::string::npos) << why;
+  // ... but the bf16 and e2m1 down GEMMs take two at N >= 2048 (sessions 46 / 47: measured faster
+  // at K = 512, 768).
+  for (const GemmFamily& f : {kDownBf16, kDownE2m1}) {
+    for (int K : {512, 768}) {
+      std::string why;
+      EXPECT_EQ(select_waves(f, 128, 16, K, "", &why), 2) << K;
+      EXPECT_NE(why.find("bf16 / e2m1 down GEMM with N >= 2048"), std::string::npos) << why;
+    }
+    EXPECT_EQ(select_waves(f, 128, 15, 768, "", nullptr), 1);  // odd weight tiles
+    EXPECT_EQ(select_waves(f, 64, 16, 768, "", nullptr), 1);
+    EXPECT_EQ(select_waves(f, 128, 4, 768, "", nullptr), 1);   // N = 512
   }
-  EXPECT_EQ(select_waves(kDownBf16, 128, 15, 768, "", nullptr), 1);  // odd weight tiles
-  EXPECT_EQ(select_waves(kDownBf16, 64, 16, 768, "", nullptr), 1);
   for (const GemmFamily& f : {kDownFp8, kDownFp8S128}) {
     EXPECT_EQ(select_waves(f, 128, 16, 768, "", nullptr), 2);
     EXPECT_EQ(select_waves(f, 128, 4, 512, "", nullptr), 2);
