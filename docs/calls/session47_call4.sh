@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DRAFT (not run), ~5 min, main's fusedmoe (.device_carry/s47; carry it). Two profiles:
+# Session 47 call 4 (as run), 162 s, main's fusedmoe (.device_carry/s47; carry it). Two profiles:
 # (1) qwen3-30b-a3b T=1024 with static numbering (the rule) and numbered from the routing (FMOE_STATIC_TILES=0): session
 #     46 measured the layer 1.047x slower numbered from the routing (gate/up 116.7 -> 121.4 us) even with the expert
 #     search done by a warp (docs/tried/walk_warp_search.diff), so the search is not the whole cost. Compare the two

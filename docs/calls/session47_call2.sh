@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DRAFT (not run), ~7 min: the last wave's items in halves, where a grouped GEMM runs whole tiles only (the gate/up;
+# Session 47 call 2 (as run), 241 s: the last wave's items in halves, where a grouped GEMM runs whole tiles only (the gate/up;
 # the down in deterministic mode and on fast mode's bf16 route rows) and the last wave would keep at most half the
 # CTAs busy (knob FMOE_LAST_WAVE_HALVES, default on in both variants):
 #   lwh = main + docs/wip/last_wave_halves.diff: the two-wave tokens-as-M tiles (fp8) at half height (HalfTile);

@@ -1,0 +1,4 @@
+#!/usr/bin/env bash
+# Session 47 call 6 (as run, one command line, 89 s on the warm machine): the tuning run where call 5 found the 4-bit
+# deepseek-v3 layer off (4-bit rows from 4 to 32 per expert, qwen3-235b-a22b, gpt-oss-120b mxfp4, deepseek-v3 fp8).
+export FMOE_NO_SETUP=1; V=.device_carry/s47e; xz -d -f -T0 $V/fusedmoe.xz; chmod +x $V/fusedmoe; mkdir -p $OUT/r; for a in "nvfp4 deepseek-v3 128,256,512" "nvfp4 qwen3-235b-a22b 256,512,1024" "mxfp4 gpt-oss-120b 256,512,1024" "fp8 deepseek-v3 256,512,1024"; do set -- $a; s=$SECONDS; timeout 75 $V/fusedmoe bench --op layer --stages off --configs all --precision $1 --presets $2 --tokens $3 > $OUT/r/tune6_$1_$2.txt 2>&1; echo "$1 $2 rc=$? $((SECONDS-s)) s"; grep "^# tune" $OUT/r/tune6_$1_$2.txt | sed 's/fastest of/|/; s/: the automatic choice takes/ ->/' | cut -c1-230; done
