@@ -264,18 +264,40 @@ bool static_tile_numbering(double hit, double rows, int block_t, double expert_w
 // 1.000 with a p90 1-6% higher) though model routing gains (0.976), and 1 row loses (1.004 /
 // 1.007). At H = 4096 (qwen3-235b-a22b) 2 rows lose (1.06) and 4 / 8 rows gain little (0.989 /
 // 0.997).
-bool fp8_layer_wide_tiles(double rows, int H, int up_weight_tiles, int down_weight_tiles, std::string* reason) {
+// 4-bit weights (e2m1: NVFP4 / MXFP4), measured on H200 (session 47, the layer tuning run
+// `bench --op layer --configs all` under the bench's model routing, fast mode, layer µs, the
+// automatic choice -> BLOCK_T=128 with two-wave tiles in both GEMMs): deepseek-v3 (H = 7168)
+// T=256 / 512 / 1024 (8 / 16 / 32 rows) 2454 -> 2084, 2801 -> 2340, 3698 -> 2960 (1.18-1.25x);
+// at 6 / 7 rows 2045 -> 1967 and 2240 -> 2016, at 5 rows 1798 -> 1892 (the narrow tile wins) and
+// at 4 rows the automatic BLOCK_T=16 was the fastest of 8. The line is at 8 rows: the model
+// routing hits ~165 of 256 experts, so its hit experts hold ~1.5x the mean rows, and the
+// measured gain at 6-7 rows may not hold under even loads (the FP8 rule's 4 rows were measured
+// under both). qwen3-235b-a22b (H = 4096) at 32 rows 836 -> 790 (0.945), at 24 rows 775 -> 732
+// (but BLOCK_T=32 ran 683 there), at 16 rows the automatic BLOCK_T=32 fastest; qwen3-30b-a3b
+// (H = 2048) at 32 rows the automatic BLOCK_T=64 fastest, qwen3.5-35b-a3b at 32 rows even (1.007).
+bool layer_wide_tiles(GemmWeights w, double rows, int H, int up_weight_tiles, int down_weight_tiles,
+                      std::string* reason) {
   if (up_weight_tiles % 2 != 0 || down_weight_tiles % 2 != 0) return false;
   const char* why = nullptr;
-  if (rows >= 32)
-    why = ">= 32 rows per expert expected (FP8 layer, two waves possible): BLOCK_T=128 with two-wave "
-          "tokens-as-M tiles measured faster than 64";
-  else if (rows >= 16 && H >= 4096)
-    why = ">= 16 rows per expert and H >= 4096 (FP8 layer, two waves possible): BLOCK_T=128 with two-wave "
-          "tokens-as-M tiles measured faster than 32 / 64";
-  else if (rows >= 4 && H >= 7168)
-    why = ">= 4 rows per expert and H >= 7168 (FP8 layer, two waves possible): BLOCK_T=128 with two-wave "
-          "tokens-as-M tiles measured faster than 16 / 32";
+  if (w == GemmWeights::fp8_block) {
+    if (rows >= 32)
+      why = ">= 32 rows per expert expected (FP8 layer, two waves possible): BLOCK_T=128 with two-wave "
+            "tokens-as-M tiles measured faster than 64";
+    else if (rows >= 16 && H >= 4096)
+      why = ">= 16 rows per expert and H >= 4096 (FP8 layer, two waves possible): BLOCK_T=128 with two-wave "
+            "tokens-as-M tiles measured faster than 32 / 64";
+    else if (rows >= 4 && H >= 7168)
+      why = ">= 4 rows per expert and H >= 7168 (FP8 layer, two waves possible): BLOCK_T=128 with two-wave "
+            "tokens-as-M tiles measured faster than 16 / 32";
+  } else if (w == GemmWeights::e2m1) {
+    if (rows >= 8 && H >= 7168)
+      why = ">= 8 rows per expert and H >= 7168 (4-bit layer, two waves possible): BLOCK_T=128 with "
+            "two-wave tiles measured 1.18-1.25x faster than 16 / 32 / 64";
+    else if (rows >= 32 && H >= 4096)
+      why = ">= 32 rows per expert and H >= 4096 (4-bit layer, two waves possible): BLOCK_T=128 with "
+            "two-wave tiles measured faster than 64";
+  }
+  // BF16 weights: not measured below 40 rows; select_block_t decides.
   if (why && reason) *reason = why;
   return why != nullptr;
 }

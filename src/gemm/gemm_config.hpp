@@ -77,10 +77,12 @@ struct GemmFamily {
 inline constexpr size_t kStaticTileMaxExpertBytes = size_t(13) << 20;
 bool static_tile_numbering(double hit, double rows, int block_t, double expert_weight_bytes,
                            std::string* reason);
-/// Whether the FP8 layer takes BLOCK_T=128 (two-wave tokens-as-M tiles in both GEMMs) below
-/// select_block_t's 40 rows per expert: `rows` expected per expert, H the hidden size (the gate/up's
-/// K), the two GEMMs' 128-row weight tiles per expert. Sets `reason` when it does.
-bool fp8_layer_wide_tiles(double rows, int H, int up_weight_tiles, int down_weight_tiles, std::string* reason);
+/// Whether a layer with weights `w` takes BLOCK_T=128 (two-wave tiles in both GEMMs: tokens as M
+/// for FP8) below select_block_t's 40 rows per expert: `rows` expected per expert, H the hidden
+/// size (the gate/up's K), the two GEMMs' 128-row weight tiles per expert. Sets `reason` when it
+/// does. FP8 and 4-bit (e2m1) weights; BF16 never (not measured).
+bool layer_wide_tiles(GemmWeights w, double rows, int H, int up_weight_tiles, int down_weight_tiles,
+                      std::string* reason);
 int select_block_t(int T, int k, int E, const std::string& forced,
                    std::initializer_list<GemmFamily> families, std::string* reason);
 

@@ -759,8 +759,8 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   const GemmFamily down128_fam{gw, GemmRows::tma_s128, GemmEpilogue::combine};
   int bt = select_block_t(T, k, E, knobs().force_config, {up_fam, down64_fam, down128_fam},
                           &plan.config_reason);
-  if (L.fp8 && bt < 128 && knobs().force_config.empty() &&
-      fp8_layer_wide_tiles(double(T) * k / E, H, L.NT1, L.NB2, &plan.config_reason))
+  if (bt < 128 && knobs().force_config.empty() &&
+      layer_wide_tiles(gw, double(T) * k / E, H, L.NT1, L.NB2, &plan.config_reason))
     bt = 128;
   // Weight waves per GEMM (each has its own count of 128-row weight tiles).
   const int up_waves = select_waves(up_fam, bt, L.NT1, H, knobs().force_config, &plan.config_reason);

@@ -68,29 +68,55 @@ TEST(GemmConfig, StaticTileNumberingOnlyForSmallExperts) {
 TEST(GemmConfig, Fp8LayerTakesWideTilesWhereMeasuredFaster) {
   std::string why;
   // deepseek-v3 (H 7168, 32 / 56 weight tiles): from 16 rows per expert.
-  EXPECT_TRUE(fp8_layer_wide_tiles(16, 7168, 32, 56, &why));
+  EXPECT_TRUE(layer_wide_tiles(GemmWeights::fp8_block, 16, 7168, 32, 56, &why));
   EXPECT_NE(why.find("H >= 4096"), std::string::npos) << why;
-  EXPECT_TRUE(fp8_layer_wide_tiles(32, 7168, 32, 56, nullptr));
+  EXPECT_TRUE(layer_wide_tiles(GemmWeights::fp8_block, 32, 7168, 32, 56, nullptr));
   // ... and from 4 rows (session 44), not at 2.
   why.clear();
-  EXPECT_TRUE(fp8_layer_wide_tiles(15.9, 7168, 32, 56, nullptr));
-  EXPECT_TRUE(fp8_layer_wide_tiles(4, 7168, 32, 56, &why));
+  EXPECT_TRUE(layer_wide_tiles(GemmWeights::fp8_block, 15.9, 7168, 32, 56, nullptr));
+  EXPECT_TRUE(layer_wide_tiles(GemmWeights::fp8_block, 4, 7168, 32, 56, &why));
   EXPECT_NE(why.find("H >= 7168"), std::string::npos) << why;
-  EXPECT_FALSE(fp8_layer_wide_tiles(3.9, 7168, 32, 56, nullptr));
-  EXPECT_FALSE(fp8_layer_wide_tiles(2, 7168, 32, 56, nullptr));
+  EXPECT_FALSE(layer_wide_tiles(GemmWeights::fp8_block, 3.9, 7168, 32, 56, nullptr));
+  EXPECT_FALSE(layer_wide_tiles(GemmWeights::fp8_block, 2, 7168, 32, 56, nullptr));
   // qwen3-235b-a22b (H 4096): from 16 rows.
-  EXPECT_TRUE(fp8_layer_wide_tiles(16, 4096, 24, 32, nullptr));
-  EXPECT_FALSE(fp8_layer_wide_tiles(15.9, 4096, 24, 32, nullptr));
-  EXPECT_FALSE(fp8_layer_wide_tiles(4, 4096, 24, 32, nullptr));
+  EXPECT_TRUE(layer_wide_tiles(GemmWeights::fp8_block, 16, 4096, 24, 32, nullptr));
+  EXPECT_FALSE(layer_wide_tiles(GemmWeights::fp8_block, 15.9, 4096, 24, 32, nullptr));
+  EXPECT_FALSE(layer_wide_tiles(GemmWeights::fp8_block, 4, 4096, 24, 32, nullptr));
   // qwen3.5-35b-a3b / qwen3-30b-a3b (H 2048): from 32 rows.
-  EXPECT_FALSE(fp8_layer_wide_tiles(16, 2048, 8, 16, nullptr));
-  EXPECT_FALSE(fp8_layer_wide_tiles(31, 2048, 12, 16, nullptr));
+  EXPECT_FALSE(layer_wide_tiles(GemmWeights::fp8_block, 16, 2048, 8, 16, nullptr));
+  EXPECT_FALSE(layer_wide_tiles(GemmWeights::fp8_block, 31, 2048, 12, 16, nullptr));
   why.clear();
-  EXPECT_TRUE(fp8_layer_wide_tiles(32, 2048, 12, 16, &why));
+  EXPECT_TRUE(layer_wide_tiles(GemmWeights::fp8_block, 32, 2048, 12, 16, &why));
   EXPECT_NE(why.find(">= 32 rows"), std::string::npos) << why;
   // gpt-oss-120b (45 / 23 weight tiles: no two-wave tiles): never.
-  EXPECT_FALSE(fp8_layer_wide_tiles(32, 2880, 45, 23, nullptr));
-  EXPECT_FALSE(fp8_layer_wide_tiles(39, 2880, 46, 23, nullptr));
+  EXPECT_FALSE(layer_wide_tiles(GemmWeights::fp8_block, 32, 2880, 45, 23, nullptr));
+  EXPECT_FALSE(layer_wide_tiles(GemmWeights::fp8_block, 39, 2880, 46, 23, nullptr));
+}
+
+TEST(GemmConfig, FourBitLayerTakesWideTilesWhereMeasuredFaster) {
+  constexpr GemmWeights w = GemmWeights::e2m1;
+  std::string why;
+  // deepseek-v3 (H 7168, 32 / 56 weight tiles): from 8 rows per expert (session 47: 1.18-1.25x
+  // at 8-32 rows), not at 4-5 (the narrow tiles measured faster).
+  EXPECT_TRUE(layer_wide_tiles(w, 8, 7168, 32, 56, &why));
+  EXPECT_NE(why.find("4-bit layer"), std::string::npos) << why;
+  EXPECT_NE(why.find("H >= 7168"), std::string::npos) << why;
+  for (double rows : {16.0, 32.0}) EXPECT_TRUE(layer_wide_tiles(w, rows, 7168, 32, 56, nullptr)) << rows;
+  for (double rows : {4.0, 5.0, 7.9}) EXPECT_FALSE(layer_wide_tiles(w, rows, 7168, 32, 56, nullptr)) << rows;
+  // qwen3-235b-a22b (H 4096, 24 / 32 tiles): from 32 rows; at 16-24 the narrower tiles.
+  why.clear();
+  EXPECT_TRUE(layer_wide_tiles(w, 32, 4096, 24, 32, &why));
+  EXPECT_NE(why.find(">= 32 rows"), std::string::npos) << why;
+  EXPECT_FALSE(layer_wide_tiles(w, 24, 4096, 24, 32, nullptr));
+  EXPECT_FALSE(layer_wide_tiles(w, 16, 4096, 24, 32, nullptr));
+  // qwen3-30b-a3b / qwen3.5-35b-a3b (H 2048): BLOCK_T=64 measured as fast at 32 rows: never below 40.
+  EXPECT_FALSE(layer_wide_tiles(w, 32, 2048, 12, 16, nullptr));
+  EXPECT_FALSE(layer_wide_tiles(w, 39, 2048, 12, 16, nullptr));
+  // gpt-oss-120b (odd weight tiles: no two-wave tiles) and bf16 weights: never; no reason given.
+  why.clear();
+  EXPECT_FALSE(layer_wide_tiles(w, 32, 2880, 46, 23, &why));
+  EXPECT_FALSE(layer_wide_tiles(GemmWeights::bf16, 32, 7168, 32, 56, &why));
+  EXPECT_TRUE(why.empty()) << why;
 }
 
 TEST(GemmConfig, EveryFamilyHasEveryWidthAndNamesAreUnique) {
