@@ -764,6 +764,34 @@ TEST(LayerGpu, Nvfp4OddSizesSharedChunksAndLargeT) {
   run_case(make_case(oss, 500, ReductionMode::deterministic));
 }
 
+TEST(LayerGpu, FourBitLongKTakesWideTilesFromEightRows) {
+  // layer_wide_tiles' e2m1 branch (session 47): NVFP4 at deepseek-v3's H = 7168, shrunk to 64
+  // experts (top-8): T = 32 is 4 rows per expert (the narrow BLOCK_T=16 tiles), T = 64 is 8 (BLOCK_T=128
+  // with two-wave tiles in both GEMMs), each checked against the oracle in both modes.
+  FMOE_SKIP_WITHOUT_GPU();
+  const MoeConfig ds = scaled(find_preset("deepseek-v3"), 7168, 256, 64, Precision::nvfp4);
+  for (int T : {32, 64}) {
+    for (ReductionMode m : kModes) {
+      const LayerCase c = make_case(ds, T, m);
+      const LayerData d = make_layer_data(c, 4700 + T);
+      const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+      const LayerRun run = run_layer(*g.layer, c, d);
+      const detail::GemmConfigInfo up = detail::gemm_config_info(run.plan.up_config);
+      const detail::GemmConfigInfo down = detail::gemm_config_info(run.plan.down_config);
+      const std::string ctx = c.describe() + " " + up.name + "+" + down.name;
+      ASSERT_FALSE(run.plan.gemv) << ctx << ": the GEMV path took this T; the test needs the engine";
+      EXPECT_EQ(up.block_t, T == 64 ? 128 : 16) << ctx;
+      if (T == 64) {
+        EXPECT_EQ(up.waves, 2) << ctx;
+        EXPECT_EQ(down.waves, 2) << ctx;
+      }
+      check_gate_up(c, d, g.layer->impl(), run, ctx);
+      check_down(c, d, g.layer->impl(), run, ctx);
+      check_end_to_end(c, d, run, ctx);
+    }
+  }
+}
+
 TEST(LayerGpu, DecodeGemvPathAndTheEngineAtTheSameT) {
   // The 4-bit layer at T <= FMOE_GEMV_MAX_T runs both GEMMs as decode GEMVs (decode_gemv.hpp):
   // every T the GEMVs take (1..8), and the same cases through the engine (knob 0). Shared experts
