@@ -192,9 +192,9 @@ int select_waves(const GemmFamily& f, int block_t, int nb, int K, const std::str
     why = "256 weight rows per tile (BLOCK_T=128, fp8 down GEMM with tokens as M)";
   } else if ((f.weights == GemmWeights::bf16 || f.weights == GemmWeights::e2m1) &&
              f.rows != GemmRows::gathered && nb >= 16) {
-    // The bf16 and e2m1 down GEMMs at N >= 2048 take two waves at short K as well (both feed bf16
-    // wgmma; e2m1 decodes its weights in registers, so a taller tile decodes once per more
-    // FLOPs). Measured on H200, the two-wave config forced against the one-wave one, two rounds,
+    // The bf16 and e2m1 down GEMMs at N >= 2048 take two waves at short K as well (both bf16
+    // wgmma with weights as M: the second wave reuses the stage's activation tile; why that pays
+    // here and not for fp8 weights as M was not measured). Measured on H200, the two-wave config forced against the one-wave one, two rounds,
     // down GEMM: bf16 (session 46, call 2) qwen3-30b-a3b (K=768) T=2048 / 4096 / 8192 0.964,
     // 0.997 / 0.975, 0.960 / 0.933, 0.949; qwen3.5-35b-a3b (K=512) 0.926, 0.928 / 1.023, 0.941 /
     // 0.932, 0.944; layers 0.969-0.999. e2m1 (session 47, call 1) qwen3-30b-a3b 0.921, 0.917 /
