@@ -275,6 +275,13 @@ bool static_tile_numbering(double hit, double rows, int block_t, double expert_w
 // under both). qwen3-235b-a22b (H = 4096) at 32 rows 836 -> 790 (0.945), at 24 rows 775 -> 732
 // (but BLOCK_T=32 ran 683 there), at 16 rows the automatic BLOCK_T=32 fastest; qwen3-30b-a3b
 // (H = 2048) at 32 rows the automatic BLOCK_T=64 fastest, qwen3.5-35b-a3b at 32 rows even (1.007).
+// Session 48 (call 1, H200, the 8-row rule's binary against the one before it, two rows each):
+// under the model routing deepseek-v3 T=256 / 512 / 1024 0.831-0.839 / 0.812-0.820 / 0.792-0.794,
+// but under even loads (`--routing unbiased`, every expert hit) 1.112-1.119 / 1.003-1.006 /
+// 0.889-0.895. The model routing's random router bias crowds the routes onto ~165 of 256
+// experts, where a real checkpoint's bias is trained to spread them, so the line moved to 16
+// rows: even loads break even there and skewed ones gain 18%. qwen3-235b-a22b T=512 (32 rows)
+// 0.924-0.930 under both.
 bool layer_wide_tiles(GemmWeights w, double rows, int H, int up_weight_tiles, int down_weight_tiles,
                       std::string* reason) {
   if (up_weight_tiles % 2 != 0 || down_weight_tiles % 2 != 0) return false;
@@ -290,9 +297,9 @@ bool layer_wide_tiles(GemmWeights w, double rows, int H, int up_weight_tiles, in
       why = ">= 4 rows per expert and H >= 7168 (FP8 layer, two waves possible): BLOCK_T=128 with two-wave "
             "tokens-as-M tiles measured faster than 16 / 32";
   } else if (w == GemmWeights::e2m1) {
-    if (rows >= 8 && H >= 7168)
-      why = ">= 8 rows per expert and H >= 7168 (4-bit layer, two waves possible): BLOCK_T=128 with "
-            "two-wave tiles measured 1.18-1.25x faster than 16 / 32 / 64";
+    if (rows >= 16 && H >= 7168)
+      why = ">= 16 rows per expert and H >= 7168 (4-bit layer, two waves possible): BLOCK_T=128 with "
+            "two-wave tiles measured 1.1-1.25x faster than 32 / 64 (even at 16 rows under even loads)";
     else if (rows >= 32 && H >= 4096)
       why = ">= 32 rows per expert and H >= 4096 (4-bit layer, two waves possible): BLOCK_T=128 with "
             "two-wave tiles measured faster than 64";
@@ -300,6 +307,21 @@ bool layer_wide_tiles(GemmWeights w, double rows, int H, int up_weight_tiles, in
   // BF16 weights: not measured below 40 rows; select_block_t decides.
   if (why && reason) *reason = why;
   return why != nullptr;
+}
+
+// Measured on H200 (session 48, call 1, the layer tuning run under even loads, `--routing
+// unbiased`, fast mode, layer µs): qwen3-235b-a22b NVFP4 (H = 4096) at 24 rows per expert
+// BLOCK_T=32 664.9 against the automatic 64 771.6 (1.160x; session 47 under the model routing
+// 683.2 against 775.5, 1.135x), and BLOCK_T=128 two-wave 709.2; at 16 rows 32 was already the
+// choice and at 32 rows the wide rule takes 128. (BLOCK_T=32 with one CTA an SM, s14, ran
+// 697.1; select_ctas picks two, c2_s6.) H = 2048 (qwen3-30b-a3b, qwen3.5-35b-a3b) was
+// not measured between 16 and 32 rows and keeps 64.
+bool layer_narrow_tiles(GemmWeights w, double rows, int H, std::string* reason) {
+  if (w != GemmWeights::e2m1 || H < 4096 || rows <= 16 || rows >= 32) return false;
+  if (reason)
+    *reason = "17-31 rows per expert and H >= 4096 (4-bit layer): BLOCK_T=32 measured 1.14-1.16x faster "
+              "than 64 at 24 rows";
+  return true;
 }
 
 int select_block_t(int T, int k, int E, const std::string& forced,

@@ -759,9 +759,13 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   const GemmFamily down128_fam{gw, GemmRows::tma_s128, GemmEpilogue::combine};
   int bt = select_block_t(T, k, E, knobs().force_config, {up_fam, down64_fam, down128_fam},
                           &plan.config_reason);
-  if (bt < 128 && knobs().force_config.empty() &&
-      layer_wide_tiles(gw, double(T) * k / E, H, L.NT1, L.NB2, &plan.config_reason))
-    bt = 128;
+  if (knobs().force_config.empty()) {
+    const double rows = double(T) * k / E;
+    if (bt < 128 && layer_wide_tiles(gw, rows, H, L.NT1, L.NB2, &plan.config_reason))
+      bt = 128;
+    else if (bt == 64 && layer_narrow_tiles(gw, rows, H, &plan.config_reason))
+      bt = 32;
+  }
   // Weight waves per GEMM (each has its own count of 128-row weight tiles).
   const int up_waves = select_waves(up_fam, bt, L.NT1, H, knobs().force_config, &plan.config_reason);
   const GemmOperands up_operands =

@@ -764,26 +764,34 @@ TEST(LayerGpu, Nvfp4OddSizesSharedChunksAndLargeT) {
   run_case(make_case(oss, 500, ReductionMode::deterministic));
 }
 
-TEST(LayerGpu, FourBitLongKTakesWideTilesFromEightRows) {
-  // layer_wide_tiles' e2m1 branch (session 47): NVFP4 at deepseek-v3's H = 7168, shrunk to 64
-  // experts (top-8): T = 32 is 4 rows per expert (the narrow BLOCK_T=16 tiles), T = 64 is 8 (BLOCK_T=128
-  // with two-wave tiles in both GEMMs), each checked against the oracle in both modes.
+TEST(LayerGpu, FourBitLongKTileWidthsFollowTheRows) {
+  // layer_wide_tiles' and layer_narrow_tiles' e2m1 branches (sessions 47-48), each width checked
+  // against the oracle in both modes. NVFP4 at deepseek-v3's H = 7168, shrunk to 64 experts
+  // (top-8): T = 64 is 8 rows per expert (the narrow BLOCK_T=16 tiles), T = 128 is 16 (BLOCK_T=128
+  // with two-wave tiles in both GEMMs). At qwen3-235b-a22b's H = 4096 with 64 experts: T = 192 is
+  // 24 rows (BLOCK_T=32, not select_block_t's 64).
   FMOE_SKIP_WITHOUT_GPU();
   const MoeConfig ds = scaled(find_preset("deepseek-v3"), 7168, 256, 64, Precision::nvfp4);
-  for (int T : {32, 64}) {
+  const MoeConfig qw = scaled(find_preset("qwen3-235b-a22b"), 4096, 256, 64, Precision::nvfp4);
+  struct Point {
+    const MoeConfig* cfg;
+    int T, block_t, waves;
+  };
+  for (const Point& p : {Point{&ds, 64, 16, 0}, Point{&ds, 128, 128, 2}, Point{&qw, 192, 32, 0}}) {
     for (ReductionMode m : kModes) {
-      const LayerCase c = make_case(ds, T, m);
-      const LayerData d = make_layer_data(c, 4700 + T);
+      const LayerCase c = make_case(*p.cfg, p.T, m);
+      const LayerData d = make_layer_data(c, 4700 + p.T);
       const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
       const LayerRun run = run_layer(*g.layer, c, d);
       const detail::GemmConfigInfo up = detail::gemm_config_info(run.plan.up_config);
       const detail::GemmConfigInfo down = detail::gemm_config_info(run.plan.down_config);
-      const std::string ctx = c.describe() + " " + up.name + "+" + down.name;
+      const std::string ctx = c.describe() + " " + up.name + "+" + down.name + " (" + run.plan.config_reason + ")";
       ASSERT_FALSE(run.plan.gemv) << ctx << ": the GEMV path took this T; the test needs the engine";
-      EXPECT_EQ(up.block_t, T == 64 ? 128 : 16) << ctx;
-      if (T == 64) {
-        EXPECT_EQ(up.waves, 2) << ctx;
-        EXPECT_EQ(down.waves, 2) << ctx;
+      EXPECT_EQ(up.block_t, p.block_t) << ctx;
+      EXPECT_EQ(down.block_t, p.block_t) << ctx;
+      if (p.waves > 0) {
+        EXPECT_EQ(up.waves, p.waves) << ctx;
+        EXPECT_EQ(down.waves, p.waves) << ctx;
       }
       check_gate_up(c, d, g.layer->impl(), run, ctx);
       check_down(c, d, g.layer->impl(), run, ctx);
