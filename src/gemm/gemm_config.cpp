@@ -279,9 +279,12 @@ bool static_tile_numbering(double hit, double rows, int block_t, double expert_w
 // under the model routing deepseek-v3 T=256 / 512 / 1024 0.831-0.839 / 0.812-0.820 / 0.792-0.794,
 // but under even loads (`--routing unbiased`, every expert hit) 1.112-1.119 / 1.003-1.006 /
 // 0.889-0.895. The model routing's random router bias crowds the routes onto ~165 of 256
-// experts, where a real checkpoint's bias is trained to spread them, so the line moved to 16
-// rows: even loads break even there and skewed ones gain 18%. qwen3-235b-a22b T=512 (32 rows)
-// 0.924-0.930 under both.
+// experts, where a real checkpoint's bias is trained to spread them. Call 2 (the 16-row line's
+// binary against the 8-row one, layer new / old; two rounds under even loads): at 10 / 12 / 14
+// rows (T=320 / 384 / 448) even loads break even (0.990-1.004, 0.990-1.004, 0.999-1.008) while
+// the model routing keeps 4.8 / 11.5 / 15% on the wide tiles; at 8 rows even loads gain 10% on
+// the narrow ones (0.890-0.901). So the line is at 10 rows. qwen3-235b-a22b T=512 (32 rows)
+// 0.924-0.930 under both routings (call 1).
 bool layer_wide_tiles(GemmWeights w, double rows, int H, int up_weight_tiles, int down_weight_tiles,
                       std::string* reason) {
   if (up_weight_tiles % 2 != 0 || down_weight_tiles % 2 != 0) return false;
@@ -297,9 +300,9 @@ bool layer_wide_tiles(GemmWeights w, double rows, int H, int up_weight_tiles, in
       why = ">= 4 rows per expert and H >= 7168 (FP8 layer, two waves possible): BLOCK_T=128 with two-wave "
             "tokens-as-M tiles measured faster than 16 / 32";
   } else if (w == GemmWeights::e2m1) {
-    if (rows >= 16 && H >= 7168)
-      why = ">= 16 rows per expert and H >= 7168 (4-bit layer, two waves possible): BLOCK_T=128 with "
-            "two-wave tiles measured 1.1-1.25x faster than 32 / 64 (even at 16 rows under even loads)";
+    if (rows >= 10 && H >= 7168)
+      why = ">= 10 rows per expert and H >= 7168 (4-bit layer, two waves possible): BLOCK_T=128 with "
+            "two-wave tiles measured 1.05-1.25x faster than 32 / 64 under skewed loads, as fast under even ones";
     else if (rows >= 32 && H >= 4096)
       why = ">= 32 rows per expert and H >= 4096 (4-bit layer, two waves possible): BLOCK_T=128 with "
             "two-wave tiles measured faster than 64";
@@ -309,18 +312,20 @@ bool layer_wide_tiles(GemmWeights w, double rows, int H, int up_weight_tiles, in
   return why != nullptr;
 }
 
-// Measured on H200 (session 48, call 1, the layer tuning run under even loads, `--routing
-// unbiased`, fast mode, layer µs): qwen3-235b-a22b NVFP4 (H = 4096) at 24 rows per expert
-// BLOCK_T=32 664.9 against the automatic 64 771.6 (1.160x; session 47 under the model routing
-// 683.2 against 775.5, 1.135x), and BLOCK_T=128 two-wave 709.2; at 16 rows 32 was already the
-// choice and at 32 rows the wide rule takes 128. (BLOCK_T=32 with one CTA an SM, s14, ran
-// 697.1; select_ctas picks two, c2_s6.) H = 2048 (qwen3-30b-a3b, qwen3.5-35b-a3b) was
-// not measured between 16 and 32 rows and keeps 64.
-bool layer_narrow_tiles(GemmWeights w, double rows, int H, std::string* reason) {
-  if (w != GemmWeights::e2m1 || H < 4096 || rows <= 16 || rows >= 32) return false;
+// Measured on H200 (session 48, the layer tuning run under even loads, `--routing unbiased`,
+// fast mode, layer µs, at 24 rows per expert): BLOCK_T=32 (two CTAs an SM, c2_s6) against
+// select_block_t's 64: qwen3-235b-a22b NVFP4 (H = 4096) 664.9 against 771.6 (1.160x; session 47
+// under the model routing 683.2 against 775.5), qwen3-30b-a3b (H = 2048) 191.8 against 228.6
+// (1.192x), qwen3.5-35b-a3b (H = 2048) 298.7 against 335.9 (1.125x). The rule's binary against
+// the one before it (call 2, both routings, qwen3-235b-a22b): 20 rows 0.854-0.866, 24 rows
+// 0.866-0.912, 28 rows 0.955-1.004. At 16 rows select_block_t already picks 32; at 32 the wide
+// rule takes 128 where the GEMMs can take two waves (H = 2048 keeps 64 there: measured as fast).
+// gpt-oss-120b (MXFP4, H = 2880) was not measured at 24 rows (at 16 BLOCK_T=32 and 64 ran within
+// 0.5%); it follows the others.
+bool layer_narrow_tiles(GemmWeights w, double rows, std::string* reason) {
+  if (w != GemmWeights::e2m1 || rows <= 16 || rows >= 32) return false;
   if (reason)
-    *reason = "17-31 rows per expert and H >= 4096 (4-bit layer): BLOCK_T=32 measured 1.14-1.16x faster "
-              "than 64 at 24 rows";
+    *reason = "17-31 rows per expert (4-bit layer): BLOCK_T=32 measured 1.13-1.19x faster than 64 at 24 rows";
   return true;
 }
 

@@ -84,8 +84,8 @@ bool static_tile_numbering(double hit, double rows, int block_t, double expert_w
 bool layer_wide_tiles(GemmWeights w, double rows, int H, int up_weight_tiles, int down_weight_tiles,
                       std::string* reason);
 /// Whether a 4-bit layer takes BLOCK_T=32 where select_block_t picks 64 (17-31 rows per expert
-/// expected, H >= 4096). Sets `reason` when it does.
-bool layer_narrow_tiles(GemmWeights w, double rows, int H, std::string* reason);
+/// expected). Sets `reason` when it does.
+bool layer_narrow_tiles(GemmWeights w, double rows, std::string* reason);
 int select_block_t(int T, int k, int E, const std::string& forced,
                    std::initializer_list<GemmFamily> families, std::string* reason);
 

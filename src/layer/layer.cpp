@@ -763,7 +763,7 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
     const double rows = double(T) * k / E;
     if (bt < 128 && layer_wide_tiles(gw, rows, H, L.NT1, L.NB2, &plan.config_reason))
       bt = 128;
-    else if (bt == 64 && layer_narrow_tiles(gw, rows, H, &plan.config_reason))
+    else if (bt == 64 && layer_narrow_tiles(gw, rows, &plan.config_reason))
       bt = 32;
   }
   // Weight waves per GEMM (each has its own count of 128-row weight tiles).

@@ -96,13 +96,13 @@ TEST(GemmConfig, Fp8LayerTakesWideTilesWhereMeasuredFaster) {
 TEST(GemmConfig, FourBitLayerTakesWideTilesWhereMeasuredFaster) {
   constexpr GemmWeights w = GemmWeights::e2m1;
   std::string why;
-  // deepseek-v3 (H 7168, 32 / 56 weight tiles): from 16 rows per expert (session 48: at 8 rows
-  // the wide tiles lost 12% under even loads; at 16 they break even there and gain 18% skewed).
-  EXPECT_TRUE(layer_wide_tiles(w, 16, 7168, 32, 56, &why));
+  // deepseek-v3 (H 7168, 32 / 56 weight tiles): from 10 rows per expert (session 48: at 8 rows
+  // the wide tiles lost 10-12% under even loads; from 10 they break even there and gain skewed).
+  EXPECT_TRUE(layer_wide_tiles(w, 10, 7168, 32, 56, &why));
   EXPECT_NE(why.find("4-bit layer"), std::string::npos) << why;
   EXPECT_NE(why.find("H >= 7168"), std::string::npos) << why;
-  EXPECT_TRUE(layer_wide_tiles(w, 32, 7168, 32, 56, nullptr));
-  for (double rows : {4.0, 5.0, 8.0, 15.9}) EXPECT_FALSE(layer_wide_tiles(w, rows, 7168, 32, 56, nullptr)) << rows;
+  for (double rows : {16.0, 32.0}) EXPECT_TRUE(layer_wide_tiles(w, rows, 7168, 32, 56, nullptr)) << rows;
+  for (double rows : {4.0, 5.0, 8.0, 9.9}) EXPECT_FALSE(layer_wide_tiles(w, rows, 7168, 32, 56, nullptr)) << rows;
   // qwen3-235b-a22b (H 4096, 24 / 32 tiles): from 32 rows; at 16-24 the narrower tiles.
   why.clear();
   EXPECT_TRUE(layer_wide_tiles(w, 32, 4096, 24, 32, &why));
@@ -122,18 +122,17 @@ TEST(GemmConfig, FourBitLayerTakesWideTilesWhereMeasuredFaster) {
 TEST(GemmConfig, FourBitLayerKeepsThirtyTwoWhereMeasuredFaster) {
   constexpr GemmWeights w = GemmWeights::e2m1;
   std::string why;
-  // qwen3-235b-a22b (H 4096) at 24 rows: BLOCK_T=32 measured 1.14-1.16x faster than 64.
-  EXPECT_TRUE(layer_narrow_tiles(w, 24, 4096, &why));
+  // 24 rows (qwen3-235b-a22b, qwen3-30b-a3b, qwen3.5-35b-a3b): BLOCK_T=32 measured 1.13-1.19x
+  // faster than 64.
+  EXPECT_TRUE(layer_narrow_tiles(w, 24, &why));
   EXPECT_NE(why.find("BLOCK_T=32"), std::string::npos) << why;
-  for (double rows : {16.1, 31.9}) EXPECT_TRUE(layer_narrow_tiles(w, rows, 4096, nullptr)) << rows;
-  // Outside 17-31 rows (select_block_t's 32 below, the wide rule from 32), at H = 2048 (not
-  // measured there), and for FP8 / BF16 weights: no, and no reason.
+  for (double rows : {16.1, 31.9}) EXPECT_TRUE(layer_narrow_tiles(w, rows, nullptr)) << rows;
+  // Outside 17-31 rows (select_block_t's 32 below, the wide rule or 64 from 32) and for FP8 /
+  // BF16 weights: no, and no reason.
   why.clear();
-  for (double rows : {16.0, 32.0, 40.0}) EXPECT_FALSE(layer_narrow_tiles(w, rows, 4096, &why)) << rows;
-  EXPECT_FALSE(layer_narrow_tiles(w, 24, 2048, &why));
-  EXPECT_FALSE(layer_narrow_tiles(w, 24, 2880, &why));
-  EXPECT_FALSE(layer_narrow_tiles(GemmWeights::fp8_block, 24, 4096, &why));
-  EXPECT_FALSE(layer_narrow_tiles(GemmWeights::bf16, 24, 7168, &why));
+  for (double rows : {16.0, 32.0, 40.0}) EXPECT_FALSE(layer_narrow_tiles(w, rows, &why)) << rows;
+  EXPECT_FALSE(layer_narrow_tiles(GemmWeights::fp8_block, 24, &why));
+  EXPECT_FALSE(layer_narrow_tiles(GemmWeights::bf16, 24, &why));
   EXPECT_TRUE(why.empty()) << why;
 }
 
