@@ -283,8 +283,14 @@ bool static_tile_numbering(double hit, double rows, int block_t, double expert_w
 // binary against the 8-row one, layer new / old; two rounds under even loads): at 10 / 12 / 14
 // rows (T=320 / 384 / 448) even loads break even (0.990-1.004, 0.990-1.004, 0.999-1.008) while
 // the model routing keeps 4.8 / 11.5 / 15% on the wide tiles; at 8 rows even loads gain 10% on
-// the narrow ones (0.890-0.901). So the line is at 10 rows. qwen3-235b-a22b T=512 (32 rows)
-// 0.924-0.930 under both routings (call 1).
+// the narrow ones (0.890-0.901). So the line is at 10 rows. (Calls 3-5, the tuning run: at 9 /
+// 10 rows under even loads BLOCK_T=16 ran 1.039 / 1.021x faster than the choice, but 1.22 /
+// 1.28x slower under the model routing.) qwen3-235b-a22b T=512 (32 rows) 0.924-0.930 under
+// both routings (call 1). H = 2048 (calls 4-6, the tuning run; the qwen presets have no router
+// bias, so both routings are even): BLOCK_T=64 -> the wide pair at 32 rows qwen3-30b-a3b 241.5
+// -> 243.3 (64 stays), qwen3.5-35b-a3b 352.1 -> 346.8; at 34 rows 254.5 -> 247.3 and 388.2 ->
+// 373.6; at 36 rows 257.0 -> 248.4 and 390.1 -> 376.4; at 40 rows 259.7 -> 249.6 and 393.4 ->
+// 383.7. So above 32 rows at any H.
 bool layer_wide_tiles(GemmWeights w, double rows, int H, int up_weight_tiles, int down_weight_tiles,
                       std::string* reason) {
   if (up_weight_tiles % 2 != 0 || down_weight_tiles % 2 != 0) return false;
@@ -306,6 +312,9 @@ bool layer_wide_tiles(GemmWeights w, double rows, int H, int up_weight_tiles, in
     else if (rows >= 32 && H >= 4096)
       why = ">= 32 rows per expert and H >= 4096 (4-bit layer, two waves possible): BLOCK_T=128 with "
             "two-wave tiles measured faster than 64";
+    else if (rows > 32)
+      why = "> 32 rows per expert (4-bit layer, two waves possible): BLOCK_T=128 with two-wave tiles "
+            "measured 1.01-1.04x faster than 64";
   }
   // BF16 weights: not measured below 40 rows; select_block_t decides.
   if (why && reason) *reason = why;

@@ -109,9 +109,13 @@ TEST(GemmConfig, FourBitLayerTakesWideTilesWhereMeasuredFaster) {
   EXPECT_NE(why.find(">= 32 rows"), std::string::npos) << why;
   EXPECT_FALSE(layer_wide_tiles(w, 24, 4096, 24, 32, nullptr));
   EXPECT_FALSE(layer_wide_tiles(w, 16, 4096, 24, 32, nullptr));
-  // qwen3-30b-a3b / qwen3.5-35b-a3b (H 2048): BLOCK_T=64 measured as fast at 32 rows: never below 40.
+  // qwen3-30b-a3b / qwen3.5-35b-a3b (H 2048): BLOCK_T=64 measured as fast at 32 rows, the wide
+  // tiles 1.01-1.04x faster from 34.
   EXPECT_FALSE(layer_wide_tiles(w, 32, 2048, 12, 16, nullptr));
-  EXPECT_FALSE(layer_wide_tiles(w, 39, 2048, 12, 16, nullptr));
+  why.clear();
+  EXPECT_TRUE(layer_wide_tiles(w, 34, 2048, 12, 16, &why));
+  EXPECT_NE(why.find("> 32 rows"), std::string::npos) << why;
+  EXPECT_TRUE(layer_wide_tiles(w, 39, 2048, 12, 16, nullptr));
   // gpt-oss-120b (odd weight tiles: no two-wave tiles) and bf16 weights: never; no reason given.
   why.clear();
   EXPECT_FALSE(layer_wide_tiles(w, 32, 2880, 46, 23, &why));

@@ -764,20 +764,23 @@ TEST(LayerGpu, Nvfp4OddSizesSharedChunksAndLargeT) {
   run_case(make_case(oss, 500, ReductionMode::deterministic));
 }
 
-TEST(LayerGpu, FourBitLongKTileWidthsFollowTheRows) {
+TEST(LayerGpu, FourBitTileWidthsFollowTheRows) {
   // layer_wide_tiles' and layer_narrow_tiles' e2m1 branches (sessions 47-48), each width checked
   // against the oracle in both modes. NVFP4 at deepseek-v3's H = 7168, shrunk to 64 experts
   // (top-8): T = 64 is 8 rows per expert (the narrow BLOCK_T=16 tiles), T = 80 is 10 (BLOCK_T=128
   // with two-wave tiles in both GEMMs). At qwen3-235b-a22b's H = 4096 with 64 experts: T = 192 is
-  // 24 rows (BLOCK_T=32, not select_block_t's 64).
+  // 24 rows (BLOCK_T=32, not select_block_t's 64). At qwen3-30b-a3b's H = 2048 with 64 experts:
+  // T = 272 is 34 rows (BLOCK_T=128 with two waves, not 64).
   FMOE_SKIP_WITHOUT_GPU();
   const MoeConfig ds = scaled(find_preset("deepseek-v3"), 7168, 256, 64, Precision::nvfp4);
   const MoeConfig qw = scaled(find_preset("qwen3-235b-a22b"), 4096, 256, 64, Precision::nvfp4);
+  const MoeConfig q3 = scaled(find_preset("qwen3-30b-a3b"), 2048, 256, 64, Precision::nvfp4);
   struct Point {
     const MoeConfig* cfg;
     int T, block_t, waves;
   };
-  for (const Point& p : {Point{&ds, 64, 16, 0}, Point{&ds, 80, 128, 2}, Point{&qw, 192, 32, 0}}) {
+  for (const Point& p : {Point{&ds, 64, 16, 0}, Point{&ds, 80, 128, 2}, Point{&qw, 192, 32, 0},
+                        Point{&q3, 272, 128, 2}}) {
     for (ReductionMode m : kModes) {
       const LayerCase c = make_case(*p.cfg, p.T, m);
       const LayerData d = make_layer_data(c, 4700 + p.T);
