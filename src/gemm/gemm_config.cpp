@@ -269,13 +269,11 @@ bool static_tile_numbering(double hit, double rows, int block_t, double expert_w
 // automatic choice -> BLOCK_T=128 with two-wave tiles in both GEMMs): deepseek-v3 (H = 7168)
 // T=256 / 512 / 1024 (8 / 16 / 32 rows) 2454 -> 2084, 2801 -> 2340, 3698 -> 2960 (1.18-1.25x);
 // at 6 / 7 rows 2045 -> 1967 and 2240 -> 2016, at 5 rows 1798 -> 1892 (the narrow tile wins) and
-// at 4 rows the automatic BLOCK_T=16 was the fastest of 8. The line is at 8 rows: the model
-// routing hits ~165 of 256 experts, so its hit experts hold ~1.5x the mean rows, and the
-// measured gain at 6-7 rows may not hold under even loads (the FP8 rule's 4 rows were measured
-// under both). qwen3-235b-a22b (H = 4096) at 32 rows 836 -> 790 (0.945), at 24 rows 775 -> 732
+// at 4 rows the automatic BLOCK_T=16 was the fastest of 8. (Session 47 set the line at 8 rows;
+// session 48 moved it, below.) qwen3-235b-a22b (H = 4096) at 32 rows 836 -> 790 (0.945), at 24 rows 775 -> 732
 // (but BLOCK_T=32 ran 683 there), at 16 rows the automatic BLOCK_T=32 fastest; qwen3-30b-a3b
 // (H = 2048) at 32 rows the automatic BLOCK_T=64 fastest, qwen3.5-35b-a3b at 32 rows even (1.007).
-// Session 48 (call 1, H200, the 8-row rule's binary against the one before it, two rows each):
+// Session 48 (call 1, H200, the 8-row rule's binary against the one before it, both modes):
 // under the model routing deepseek-v3 T=256 / 512 / 1024 0.831-0.839 / 0.812-0.820 / 0.792-0.794,
 // but under even loads (`--routing unbiased`, every expert hit) 1.112-1.119 / 1.003-1.006 /
 // 0.889-0.895. The model routing's random router bias crowds the routes onto ~165 of 256
@@ -308,7 +306,8 @@ bool layer_wide_tiles(GemmWeights w, double rows, int H, int up_weight_tiles, in
   } else if (w == GemmWeights::e2m1) {
     if (rows >= 10 && H >= 7168)
       why = ">= 10 rows per expert and H >= 7168 (4-bit layer, two waves possible): BLOCK_T=128 with "
-            "two-wave tiles measured 1.05-1.25x faster than 32 / 64 under skewed loads, as fast under even ones";
+            "two-wave tiles measured 1.05-1.25x faster than 32 / 64 under skewed loads, at least as fast "
+            "under even ones";
     else if (rows >= 32 && H >= 4096)
       why = ">= 32 rows per expert and H >= 4096 (4-bit layer, two waves possible): BLOCK_T=128 with "
             "two-wave tiles measured faster than 64";
@@ -329,8 +328,8 @@ bool layer_wide_tiles(GemmWeights w, double rows, int H, int up_weight_tiles, in
 // the one before it (call 2, both routings, qwen3-235b-a22b): 20 rows 0.854-0.866, 24 rows
 // 0.866-0.912, 28 rows 0.955-1.004. At 16 rows select_block_t already picks 32; at 32 the wide
 // rule takes 128 where the GEMMs can take two waves (H = 2048 keeps 64 there: measured as fast).
-// gpt-oss-120b (MXFP4, H = 2880) was not measured at 24 rows (at 16 BLOCK_T=32 and 64 ran within
-// 0.5%); it follows the others.
+// gpt-oss-120b (MXFP4, H = 2880, odd weight tiles) with the rule (call 3): at 24 rows its
+// BLOCK_T=32 925.6 was the fastest of 6, 64 ran 1033.8 (1.117x).
 bool layer_narrow_tiles(GemmWeights w, double rows, std::string* reason) {
   if (w != GemmWeights::e2m1 || rows <= 16 || rows >= 32) return false;
   if (reason)
