@@ -2,8 +2,8 @@
 # DRAFT (not run), ~6 min: timing of the two WIP diffs (see next_call_s49.sh; run that first). NVFP4 layer under even
 # loads at decode sizes, stages timed: main (.device_carry/s48d, 1b997b8's code) against the WIP binary's default
 # (the same configs: any difference is the restructured code), its lean producer (FMOE_LEAN_PRODUCER=1: the down
-# GEMM's instructions -~10%, ncu session 48), and each GEMM's two-block config forced (~15% fewer instructions
-# predicted for the forced GEMM). Carry .device_carry/s49w and s48d.
+# GEMM's instructions -~10%, ncu session 48), and each GEMM's two-block config forced (static SASS count: ~12%
+# fewer instructions in the gate/up, ~7% in the down, nearly all in the producer; docs/status.md). Carry .device_carry/s49w and s48d.
 set -u
 export FMOE_NO_SETUP=1
 W=.device_carry/s49w; M=.device_carry/s48d; R=$OUT/r; mkdir -p $R
