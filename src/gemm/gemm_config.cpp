@@ -270,9 +270,10 @@ bool static_tile_numbering(double hit, double rows, int block_t, double expert_w
 // T=256 / 512 / 1024 (8 / 16 / 32 rows) 2454 -> 2084, 2801 -> 2340, 3698 -> 2960 (1.18-1.25x);
 // at 6 / 7 rows 2045 -> 1967 and 2240 -> 2016, at 5 rows 1798 -> 1892 (the narrow tile wins) and
 // at 4 rows the automatic BLOCK_T=16 was the fastest of 8. (Session 47 set the line at 8 rows;
-// session 48 moved it, below.) qwen3-235b-a22b (H = 4096) at 32 rows 836 -> 790 (0.945), at 24 rows 775 -> 732
-// (but BLOCK_T=32 ran 683 there), at 16 rows the automatic BLOCK_T=32 fastest; qwen3-30b-a3b
-// (H = 2048) at 32 rows the automatic BLOCK_T=64 fastest, qwen3.5-35b-a3b at 32 rows even (1.007).
+// session 48 moved it, below.) qwen3-235b-a22b (H = 4096) at 32 rows 836 -> 790 (0.945), at 24
+// rows 775 -> 732 (but BLOCK_T=32 ran 683 there), at 16 rows the automatic BLOCK_T=32 fastest;
+// qwen3-30b-a3b (H = 2048) at 32 rows the automatic BLOCK_T=64 fastest, qwen3.5-35b-a3b at 32
+// rows even (1.007).
 // Session 48 (call 1, H200, the 8-row rule's binary against the one before it, both modes):
 // under the model routing deepseek-v3 T=256 / 512 / 1024 0.831-0.839 / 0.812-0.820 / 0.792-0.794,
 // but under even loads (`--routing unbiased`, every expert hit) 1.112-1.119 / 1.003-1.006 /

@@ -759,8 +759,8 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   const GemmFamily down128_fam{gw, GemmRows::tma_s128, GemmEpilogue::combine};
   int bt = select_block_t(T, k, E, knobs().force_config, {up_fam, down64_fam, down128_fam},
                           &plan.config_reason);
+  const double rows = double(T) * k / E;  // expected routes per expert (select_block_t's measure)
   if (knobs().force_config.empty()) {
-    const double rows = double(T) * k / E;
     if (bt < 128 && layer_wide_tiles(gw, rows, H, L.NT1, L.NB2, &plan.config_reason))
       bt = 128;
     else if (bt == 64 && layer_narrow_tiles(gw, rows, &plan.config_reason))
@@ -827,7 +827,7 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   // slower than static numbering there; not kept.)
   const double expert_weight_bytes = 2.0 * L.I * H * (L.fp8 ? 1.0 : L.e2m1 ? 0.5 : 2.0);  // codes, no scales
   const bool static_tiles = knobs().static_tiles &&
-      static_tile_numbering(hit, double(T) * k / E, bt, expert_weight_bytes, &plan.config_reason);
+      static_tile_numbering(hit, rows, bt, expert_weight_bytes, &plan.config_reason);
   // GEMM 1 (whole tiles: its epilogue needs the full sum) at decode has few tiles: deepseek-v3 at
   // T=1 has 9 experts x 32 = 288, 2.2 waves on 132 SMs, so a third of the SMs idle through the
   // last wave (measured on H100: gate_up 107 us for 264 MB, 2.5 TB/s). Split K in S parts so that
@@ -862,7 +862,7 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
     const GemmConfigId twin = gemm_config_staged_twin(plan.down_config);
     if (forced != GemmConfigId::count && gemm_configs_same_tile(forced, plan.down_config)) {
       plan.down_config = forced;
-    } else if (rows16 && !plan.fused_schedule && twin != GemmConfigId::count && double(T) * k / E >= 128) {
+    } else if (rows16 && !plan.fused_schedule && twin != GemmConfigId::count && rows >= 128) {
       plan.down_config = twin;
       plan.config_reason += "; bf16 route rows: the down config that stores them in slot order by TMA";
     }
