@@ -12,7 +12,7 @@ A="--op layer --precision nvfp4 --routing unbiased --mode fast"
 P=deepseek-v3,qwen3-30b-a3b,qwen3.5-35b-a3b
 run() {  # name binary env tokens presets
   [ $SECONDS -lt 480 ] || { echo "bench $1 skipped: $SECONDS s gone"; return; }
-  env $3 timeout 90 $2 bench $A --presets $5 --tokens $4 --json $R/$1.json > $R/$1.txt 2>&1
+  env $3 timeout 90 $2/fusedmoe bench $A --presets $5 --tokens $4 --json $R/$1.json > $R/$1.txt 2>&1
   echo "bench $1 rc=$? t=$SECONDS s"
 }
 # (T=32 / 128: BLOCK_T=16 on all three; T=256 on qwen3-30b-a3b: 16 rows, BLOCK_T=32)
