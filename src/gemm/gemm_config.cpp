@@ -10,9 +10,9 @@ GemmConfigInfo gemm_config_info(GemmConfigId id) {
   using R = GemmRows;
   using Ep = GemmEpilogue;
   switch (id) {
-#define FMOE_GG(name, bt, waves, stages, weights, rows, epi, operands, ctas) \
-  case GemmConfigId::name:                                                    \
-    return {#name, bt, waves, stages, W::weights, R::rows, Ep::epi, GemmOperands::operands, ctas};
+#define FMOE_GG(name, bt, waves, stages, weights, rows, epi, operands, ctas, kblocks) \
+  case GemmConfigId::name:                                                             \
+    return {#name, bt, waves, stages, W::weights, R::rows, Ep::epi, GemmOperands::operands, ctas, kblocks};
 #include "gemm/gemm_configs.def"
 #undef FMOE_GG
     default: break;
@@ -34,7 +34,8 @@ bool gemm_config_staged_rows(GemmConfigId id) {
 bool gemm_configs_same_tile(GemmConfigId x, GemmConfigId y) {
   const GemmConfigInfo a = gemm_config_info(x), b = gemm_config_info(y);
   return b.block_t == a.block_t && b.waves == a.waves && b.weights == a.weights && b.rows == a.rows &&
-         b.epilogue == a.epilogue && b.operands == a.operands && b.ctas_per_sm == a.ctas_per_sm;
+         b.epilogue == a.epilogue && b.operands == a.operands && b.ctas_per_sm == a.ctas_per_sm &&
+         b.kblocks == a.kblocks;
 }
 
 GemmConfigId gemm_config_staged_twin(GemmConfigId id) {
@@ -69,7 +70,8 @@ GemmConfigId gemm_config_of(GemmWeights w, GemmRows rows, GemmEpilogue epi, int 
                             int waves, GemmOperands operands, int ctas) {
   for (int i = 0; i < int(GemmConfigId::count); ++i) {
     const GemmConfigInfo c = gemm_config_info(GemmConfigId(i));
-    if (c.block_t == block_t && c.waves == waves && c.operands == operands &&
+    // (Two-block stages only where forced: no rule picks them yet.)
+    if (c.block_t == block_t && c.waves == waves && c.operands == operands && c.kblocks == 1 &&
         (ctas == 0 || c.ctas_per_sm == ctas) && same_family(c, {w, rows, epi}))
       return GemmConfigId(i);
   }
@@ -131,7 +133,7 @@ int select_ctas(const GemmFamily& f, int block_t, int waves, GemmOperands operan
   bool has[3] = {false, false, false};
   for (int i = 0; i < int(GemmConfigId::count); ++i) {
     const GemmConfigInfo c = gemm_config_info(GemmConfigId(i));
-    if (c.block_t == block_t && c.waves == waves && c.operands == operands && same_family(c, f))
+    if (c.block_t == block_t && c.waves == waves && c.operands == operands && c.kblocks == 1 && same_family(c, f))
       has[c.ctas_per_sm] = true;
   }
   const GemmConfigId id = forced.empty() ? GemmConfigId::count : gemm_config_by_name(forced);

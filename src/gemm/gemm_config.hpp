@@ -20,7 +20,7 @@ enum class GemmOperands : int { weights_m, tokens_m };
 enum class GemmOut : int { f32, bf16, f16 };
 
 enum class GemmConfigId : int {
-#define FMOE_GG(name, bt, waves, stages, weights, rows, epi, operands, ctas) name,
+#define FMOE_GG(name, bt, waves, stages, weights, rows, epi, operands, ctas, kblocks) name,
 #include "gemm/gemm_configs.def"
 #undef FMOE_GG
   count
@@ -34,6 +34,7 @@ struct GemmConfigInfo {
   GemmEpilogue epilogue;
   GemmOperands operands;
   int ctas_per_sm;
+  int kblocks;  // 64-K blocks per k-stage
 };
 GemmConfigInfo gemm_config_info(GemmConfigId id);
 /// Whether a config's fast-mode bf16 rows leave through staging and TMA stores in slot order

@@ -39,17 +39,20 @@ struct WeightLoader {
   // scales of each wave by cp.async (one thread each; with one scale per 128-row tile every group
   // of the wave reads the same float).
   // wb_add: the weight tile s.wb + wb_add (a HalfTile pair's second tail).
+  // blocks: k-blocks kb, kb + 1, ... in this stage (Cfg::kKBlocks; e2m1 one-wave configs only).
   __device__ static void issue(const GroupedGemmParams& p, const Segment& s, int kb,
-                               typename Cfg::Stage& st, uint64_t* full, int tid, int wb_add = 0) {
+                               typename Cfg::Stage& st, uint64_t* full, int tid, int wb_add = 0,
+                               int blocks = 1) {
     namespace cptx = cuda::ptx;
     const int wb = s.wb + wb_add;
     if constexpr (Cfg::kE2M1) {
-      // The prepared blocks of a tile's waves are adjacent for each k-block: [E, NB, KB] blocks.
+      // The prepared blocks of a weight tile are adjacent along k ([E, NB, KB] blocks): a stage's
+      // k-blocks of one wave are one copy.
       if (tid == 0) {
 #pragma unroll
         for (int w = 0; w < Cfg::kWaves; ++w) {
           const int64_t blk = (int64_t(s.e) * p.NB + wb * Cfg::kWaves + w) * p.KB + kb;
-          const uint32_t bytes = e2m1::kBlockBytes;
+          const uint32_t bytes = e2m1::kBlockBytes * (Cfg::kKBlocks == 1 ? 1 : blocks);
           cptx::cp_async_bulk(cptx::space_cluster, cptx::space_global,
                               st.w + w * e2m1::kBlockBytes, p.w_blocks + blk * e2m1::kBlockBytes,
                               bytes, full);
@@ -112,14 +115,15 @@ struct RowLoader<Cfg, GemmRows::gathered> {
     scale = col_row >= 0 ? p.sa + int64_t(col_row) * p.sa_ld : nullptr;
   }
 
+  // sub: the stage's k-block this is (its activation tile; Cfg::kKBlocks).
   __device__ void issue(const GroupedGemmParams& p, const Segment& s, int kb,
-                        typename Cfg::Stage& st, uint64_t* full, int tid) const {
+                        typename Cfg::Stage& st, uint64_t* full, int tid, int sub = 0) const {
     const int chunk = tid % 8;
     const int64_t k_off = int64_t(kb) * 128;
     // Zero-fill padding columns (beyond K) and absent rows: no garbage (or NaN codes) ever meets
     // a weight.
     const bool in_k = k_off + chunk * 16 < int64_t(p.K) * Cfg::kElemBytes;
-    const uint32_t a_base = ptx::smem_addr(st.a);
+    const uint32_t a_base = ptx::smem_addr(st.a + sub * Cfg::kABytes);
     // A half-height tile (HalfTile) reads rows [0, 64) only: the copies of the other 64 (all
     // absent, zero-filled) would keep its stages as long to fill as a full tile's. Told from this
     // thread's row 64 + tid / 8 (s.nrows or a flag held through the k-loop made ptxas spill): it
@@ -153,12 +157,12 @@ struct RowLoader<Cfg, GemmRows::tma> {
   __device__ RowLoader(const GroupedGemmParams&, const typename Cfg::TileMeta&, int) {}
 
   __device__ void issue(const GroupedGemmParams& p, const Segment& s, int kb,
-                        typename Cfg::Stage& st, uint64_t* full, int tid) const {
+                        typename Cfg::Stage& st, uint64_t* full, int tid, int sub = 0) const {
     namespace cptx = cuda::ptx;
     if (tid == 0) {
       const int32_t coords[2] = {kb * Cfg::BLOCK_K, s.row0};
-      cptx::cp_async_bulk_tensor(cptx::space_cluster, cptx::space_global, st.a, &p.a_desc, coords,
-                                 full);
+      cptx::cp_async_bulk_tensor(cptx::space_cluster, cptx::space_global, st.a + sub * Cfg::kABytes,
+                                 &p.a_desc, coords, full);
     }
     if constexpr (Cfg::kFp8) {
       constexpr int kBlocks = Cfg::kScaleBlocks, kCols = 128 / kBlocks;  // per stage, per scale
@@ -483,7 +487,10 @@ struct MmaE2M1 {
   __device__ void issue(const typename Cfg::Stage& st, float (&acc)[Cfg::kWaves][Cfg::kAccRegs]) {
     constexpr int N = Cfg::BLOCK_T >> kShift;  // TileWidth
     using W = ptx::WgmmaBf16RegA<N>;
-    const uint64_t desc_a = ptx::smem_desc_k128b(st.a);  // the activations: wgmma's B
+    // The activations (wgmma's B): with two k-blocks a stage, buffer kBuf's block is the stage's
+    // block kBuf (consume's unit order).
+    constexpr int kSub = Cfg::kKBlocks == 2 ? kBuf : 0;
+    const uint64_t desc_a = ptx::smem_desc_k128b(st.a + kSub * Cfg::kABytes);
 #pragma unroll
     for (int i = 0; i < Cfg::kAccRegs; ++i) ptx::fence_operand(acc[kWave][i]);
     ptx::wgmma_fence();

@@ -29,7 +29,8 @@
 namespace fusedmoe::detail {
 
 template <int kBlockT, int kWaves_, int kStages_, GemmWeights kWeights_, GemmRows kRows_,
-          GemmEpilogue kEpi_, GemmOperands kOperands_ = GemmOperands::weights_m, int kCtas_ = 1>
+          GemmEpilogue kEpi_, GemmOperands kOperands_ = GemmOperands::weights_m, int kCtas_ = 1,
+          int kKBlocks_ = 1>
 struct GemmConfig {
   static constexpr GemmWeights kWeights = kWeights_;
   // Tokens as wgmma's M side (64 per consumer warpgroup), each weight wave its N.
@@ -46,7 +47,11 @@ struct GemmConfig {
   static constexpr int WAVE_W = 128;                // weight rows per wave (2 warpgroups x m64)
   static constexpr int BLOCK_W = WAVE_W * kWaves;   // weight rows per tile
   static constexpr int BLOCK_T = kBlockT;           // routes per tile (wgmma N)
-  static constexpr int BLOCK_K = 128 / kElemBytes;  // one 128-byte swizzle row per stage
+  static constexpr int BLOCK_K = 128 / kElemBytes;  // one 128-byte swizzle row per k-block
+  // k-blocks per stage (gemm_configs.def: kblocks): a stage holds blocks kb, kb + 1 of a segment
+  // (its last stage only kb where the segment's count is odd), the activations of each in a
+  // swizzled tile of their own and the e2m1 weights as adjacent prepared blocks.
+  static constexpr int kKBlocks = kKBlocks_;
   static constexpr int kStages = kStages_;
   static constexpr int kMetaStages = 2;             // tiles the producer may run ahead
   static constexpr int kConsumerWGs = 2;
@@ -91,16 +96,17 @@ struct GemmConfig {
   // Decode sizes (BLOCK_T <= 64) can build the schedule inside the kernel from up to this many
   // routes (their ids staged in shared memory): one launch fewer.
   static constexpr int kFusedRoutes = kBlockT <= 64 ? kMaxFusedRoutes : 0;
-  static constexpr uint32_t kWBytes = kE2M1 ? kWaves * e2m1::kBlockBytes : BLOCK_W * 128;
-  static constexpr uint32_t kABytes = BLOCK_T * 128;
-  static constexpr uint32_t kTmaBytes = kWBytes + (kTmaRows ? kABytes : 0);
+  static constexpr uint32_t kWBytes = kE2M1 ? kWaves * e2m1::kBlockBytes : BLOCK_W * 128;  // a k-block's
+  static constexpr uint32_t kABytes = BLOCK_T * 128;                                      // a k-block's
+  // The TMA bytes of a stage holding `blocks` k-blocks.
+  static constexpr uint32_t tma_bytes(int blocks) { return blocks * (kWBytes + (kTmaRows ? kABytes : 0)); }
 
   struct alignas(1024) Stage {
     // Activations first: their size is a multiple of 1024, so both swizzled tiles stay aligned
     // (the e2m1 weights are read by plain loads and need 16).
-    uint8_t a[kABytes];                            // (BLOCK_T, 128 B) activations, 128B swizzle
-    uint8_t w[kWBytes];                            // (BLOCK_W, 128 B) weights, same swizzle;
-                                                   // e2m1: kWaves prepared blocks
+    uint8_t a[kKBlocks * kABytes];                 // per k-block: (BLOCK_T, 128 B) activations, 128B swizzle
+    uint8_t w[kKBlocks * kWBytes];                 // per k-block: (BLOCK_W, 128 B) weights, same swizzle;
+                                                   // e2m1: kWaves prepared blocks (kKBlocks: adjacent)
     float sa[kScaleBlocks > 0 ? kScaleBlocks : 1][BLOCK_T];  // fp8: per (scale block, column)
     float sb[kWaves][16];                          // fp8: weight scale per wave and 8-row group
   };
@@ -147,6 +153,8 @@ struct GemmConfig {
   static_assert(BLOCK_T % 16 == 0, "wgmma N: a multiple of 16 here");
   static_assert(!kE2M1 || (!kTokensM && BLOCK_K == e2m1::kBlockK),
                 "e2m1: weights as wgmma's M side (A from registers), 64 K per stage");
+  static_assert(kKBlocks == 1 || (kKBlocks == 2 && kE2M1 && kWaves == 1),
+                "two k-blocks per stage: one-wave e2m1 configs (the unit order of consume)");
   static_assert(!kTokensM || (BLOCK_T == 128 && kFp8),
                 "tokens_m: fp8 weights and 128-token tiles (2 consumers x m64) only");
   static_assert(kABytes % 1024 == 0, "activation tile must keep stages 1024-aligned");
@@ -211,9 +219,11 @@ __device__ __forceinline__ void produce(const GroupedGemmParams& p, typename Cfg
     // A pair item (HalfTile) fills two stages per k-block: weight tile wb's, then wb + 1's. One
     // flat loop (a nested one made the gathered producer spill at its 72 registers).
     const int pair = HalfTile<Cfg>::kOn ? s.pair : 0;
-    const int units = (s.kb1 - s.kb0) << pair;
+    // (kKBlocks: a stage per kKBlocks k-blocks, the last one with what is left)
+    const int units = ((s.kb1 - s.kb0 + Cfg::kKBlocks - 1) / Cfg::kKBlocks) << pair;
     for (int u = 0; u < units; ++u) {
-      const int kb = s.kb0 + (u >> pair);
+      const int kb = s.kb0 + (u >> pair) * Cfg::kKBlocks;
+      const int blocks = Cfg::kKBlocks == 1 ? 1 : min(Cfg::kKBlocks, s.kb1 - kb);
       if constexpr (Cfg::kE2M1)
         wait_barrier_long(&ss.empty[stage.idx], stage.phase ^ 1);
       else
@@ -221,12 +231,14 @@ __device__ __forceinline__ void produce(const GroupedGemmParams& p, typename Cfg
       typename Cfg::Stage& st = ss.stages[stage.idx];
       uint64_t* full = &ss.full[stage.idx];
       if (tid == 0) {
-        const uint32_t tx_bytes = Cfg::kTmaBytes;  // by value: cuda::ptx takes a reference
+        const uint32_t tx_bytes = Cfg::tma_bytes(blocks);  // by value: cuda::ptx takes a reference
         cptx::mbarrier_arrive_expect_tx(cptx::sem_release, cptx::scope_cta, cptx::space_shared,
                                         full, tx_bytes);
       }
-      WeightLoader<Cfg>::issue(p, s, kb, st, full, tid, u & pair);
+      WeightLoader<Cfg>::issue(p, s, kb, st, full, tid, u & pair, blocks);
       rows.issue(p, s, kb, st, full, tid);
+      if constexpr (Cfg::kKBlocks == 2)
+        if (blocks == 2) rows.issue(p, s, kb + 1, st, full, tid, 1);
       // Every producer thread arrives: once its cp.async copies above have landed, or at once
       // where thread 0's TMA copies are the stage's only bytes (the bf16 / e2m1 down GEMMs). Its
       // arrival is what keeps a thread from falling a whole phase behind on the empty barriers:
@@ -293,6 +305,8 @@ __device__ __forceinline__ void consume(const GroupedGemmParams& p, typename Cfg
             uint64_t* empty = nullptr;
             if constexpr (w + 1 < Cfg::kWaves) {
               mma.template decode<1 - b>(ss.stages[stage.idx], w + 1, wgc, tid);
+            } else if (Cfg::kKBlocks == 2 && b == 0 && kb + 1 < kb1) {
+              mma.template decode<1 - b>(ss.stages[stage.idx], 1, wgc, tid);  // the stage's 2nd block
             } else {
               empty = &ss.empty[stage.idx];
               stage.advance();
@@ -345,6 +359,10 @@ __device__ __forceinline__ void consume(const GroupedGemmParams& p, typename Cfg
           uint64_t* empty = nullptr;
           if constexpr (w + 1 < Cfg::kWaves) {
             mma.template decode<1 - b>(ss.stages[stage.idx], w + 1, wgc, tid);
+          } else if (Cfg::kKBlocks == 2 && b == 0 && kb + 1 < kb1) {
+            // Two k-blocks a stage (one wave): unit u of a segment is k-block kb0 + u in buffer
+            // u % 2, and a stage starts at an even u, so buffer b is the block's place in it.
+            mma.template decode<1 - b>(ss.stages[stage.idx], 1, wgc, tid);
           } else {  // the stage's last unit: hand it back after its wgmmas, decode the next stage
             empty = &ss.empty[stage.idx];
             stage.advance();
@@ -561,12 +579,12 @@ template <GemmWeights kW>
 bool launch_grouped_gemm_of(GemmConfigId id, const GroupedGemmParams& p, int num_sms,
                             cudaStream_t stream) {
   switch (id) {
-#define FMOE_GG(name, bt, waves, stages, weights, rows, epi, operands, ctas)                  \
-  case GemmConfigId::name:                                                                    \
-    if constexpr (GemmWeights::weights == kW) {                                               \
-      launch_grouped_gemm_cfg<GemmConfig<bt, waves, stages, GemmWeights::weights,             \
-                                         GemmRows::rows, GemmEpilogue::epi,                   \
-                                         GemmOperands::operands, ctas>>(p, num_sms, stream);  \
+#define FMOE_GG(name, bt, waves, stages, weights, rows, epi, operands, ctas, kblocks)                   \
+  case GemmConfigId::name:                                                                             \
+    if constexpr (GemmWeights::weights == kW) {                                                        \
+      launch_grouped_gemm_cfg<GemmConfig<bt, waves, stages, GemmWeights::weights, GemmRows::rows,      \
+                                         GemmEpilogue::epi, GemmOperands::operands, ctas, kblocks>>(   \
+          p, num_sms, stream);                                                                         \
       return true;                                                                            \
     }                                                                                         \
     return false;

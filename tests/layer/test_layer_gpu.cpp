@@ -289,6 +289,32 @@ TEST(LayerGpu, EveryCompiledLayerConfigRuns) {
   }
 }
 
+TEST(LayerGpu, TwoKBlockStagesWithOddBlockCounts) {
+  // The e2m1 configs with two 64-K blocks per stage (gemm_configs.def: kblocks 2), each forced in
+  // turn, where a segment's k-block count is odd (its last stage holds one block) and even: H = 448
+  // (7 k-blocks for the gate/up) and I = 320 (5 for the down), gpt-oss's H = 2880 (45 k-blocks,
+  // MXFP4, at T = 12 the GEMMs split K into parts of any parity), and deepseek-v3's H = 7168 (112).
+  FMOE_SKIP_WITHOUT_GPU();
+  detail::ScopedKnob<int> engine(&detail::Knobs::gemv_max_t, 0);  // the engine at every T
+  int forced = 0;
+  for (int i = 0; i < int(detail::GemmConfigId::count); ++i) {
+    const detail::GemmConfigInfo ci = detail::gemm_config_info(detail::GemmConfigId(i));
+    if (ci.kblocks != 2) continue;
+    ++forced;
+    EXPECT_EQ(ci.weights, detail::GemmWeights::e2m1) << ci.name;
+    detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, ci.name);
+    const MoeConfig odd = scaled(find_preset("qwen3-30b-a3b"), 448, 320, 8, Precision::nvfp4);
+    const MoeConfig oss = scaled(find_preset("gpt-oss-120b"), 2880, 256, 8, Precision::mxfp4);
+    const MoeConfig ds = scaled(find_preset("deepseek-v3"), 7168, 256, 16, Precision::nvfp4);
+    for (ReductionMode m : kModes) {
+      for (int T : {1, 12, 40}) run_case(make_case(odd, T, m), 1, false);
+      run_case(make_case(oss, 12, m), 1, false);
+      run_case(make_case(ds, 24, m), 1, false);
+    }
+  }
+  EXPECT_EQ(forced, 4) << "the two-block e2m1 configs of gemm_configs.def";
+}
+
 TEST(LayerGpu, TokensOnMDownGemmBiasesAndAPartialWave) {
   // The tokens-as-M down GEMM's epilogue (tokens_m_rows, sm90_gemm_epilogue.cuh) on tiles with
   // and without the expert's bias and on waves whose outputs are all < H or not: each such
@@ -1063,6 +1089,16 @@ TEST(LayerGpu, SanitizerSmall) {
       detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, name);
       const MoeConfig qwen = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 8, Precision::nvfp4);
       for (ReductionMode m : kModes) run_case(make_case(qwen, 150, m), 1, false);
+    }
+    // Two k-blocks per stage (kblocks 2): 45 k-blocks of GEMM 1 (its last stage holds one), the
+    // engine at T=4 and split K at T=1 (parts of 8 k-blocks), each GEMM's config forced.
+    for (const char* name : {"up_e2m1_bt16_c2_k2_s4", "down_e2m1_bt16_c2_k2_s4"}) {
+      detail::ScopedKnob<std::string> force(&detail::Knobs::force_config, name);
+      detail::ScopedKnob<int> gemv(&detail::Knobs::gemv_max_t, 0);
+      run_case(make_case(wide, 4, ReductionMode::fast), 1, false);
+      const MoeConfig split = scaled(find_preset("deepseek-v3"), 1024, 128, 16, Precision::nvfp4);
+      detail::ScopedKnob<bool> on(&detail::Knobs::split_k, true);
+      run_case(make_case(split, 1, ReductionMode::deterministic), 1, false);
     }
     // MXFP4: the same engine with UE8M0 scales re-laid per row.
     const MoeConfig mx = scaled(find_preset("gpt-oss-120b"), 2880, 128, 4, Precision::mxfp4);
