@@ -133,7 +133,8 @@ int select_ctas(const GemmFamily& f, int block_t, int waves, GemmOperands operan
   bool has[3] = {false, false, false};
   for (int i = 0; i < int(GemmConfigId::count); ++i) {
     const GemmConfigInfo c = gemm_config_info(GemmConfigId(i));
-    if (c.block_t == block_t && c.waves == waves && c.operands == operands && c.kblocks == 1 && same_family(c, f))
+    if (c.block_t == block_t && c.waves == waves && c.operands == operands && c.kblocks == 1 &&
+        same_family(c, f))
       has[c.ctas_per_sm] = true;
   }
   const GemmConfigId id = forced.empty() ? GemmConfigId::count : gemm_config_by_name(forced);

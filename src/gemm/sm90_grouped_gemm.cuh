@@ -96,17 +96,20 @@ struct GemmConfig {
   // Decode sizes (BLOCK_T <= 64) can build the schedule inside the kernel from up to this many
   // routes (their ids staged in shared memory): one launch fewer.
   static constexpr int kFusedRoutes = kBlockT <= 64 ? kMaxFusedRoutes : 0;
-  static constexpr uint32_t kWBytes = kE2M1 ? kWaves * e2m1::kBlockBytes : BLOCK_W * 128;  // a k-block's
-  static constexpr uint32_t kABytes = BLOCK_T * 128;                                      // a k-block's
-  // The TMA bytes of a stage holding `blocks` k-blocks.
-  static constexpr uint32_t tma_bytes(int blocks) { return blocks * (kWBytes + (kTmaRows ? kABytes : 0)); }
+  // Weight and activation bytes of one k-block; the TMA bytes of a stage holding `blocks` of them.
+  static constexpr uint32_t kWBytes = kE2M1 ? kWaves * e2m1::kBlockBytes : BLOCK_W * 128;
+  static constexpr uint32_t kABytes = BLOCK_T * 128;
+  static constexpr uint32_t tma_bytes(int blocks) {
+    return blocks * (kWBytes + (kTmaRows ? kABytes : 0));
+  }
 
   struct alignas(1024) Stage {
     // Activations first: their size is a multiple of 1024, so both swizzled tiles stay aligned
     // (the e2m1 weights are read by plain loads and need 16).
-    uint8_t a[kKBlocks * kABytes];                 // per k-block: (BLOCK_T, 128 B) activations, 128B swizzle
-    uint8_t w[kKBlocks * kWBytes];                 // per k-block: (BLOCK_W, 128 B) weights, same swizzle;
-                                                   // e2m1: kWaves prepared blocks (kKBlocks: adjacent)
+    // Per k-block (kKBlocks of each, in k order):
+    uint8_t a[kKBlocks * kABytes];                 // (BLOCK_T, 128 B) activations, 128B swizzle
+    uint8_t w[kKBlocks * kWBytes];                 // (BLOCK_W, 128 B) weights, same swizzle;
+                                                   // e2m1: kWaves prepared blocks
     float sa[kScaleBlocks > 0 ? kScaleBlocks : 1][BLOCK_T];  // fp8: per (scale block, column)
     float sb[kWaves][16];                          // fp8: weight scale per wave and 8-row group
   };
