@@ -126,6 +126,7 @@ struct GroupedGemmParams {
   // next tile, [1] the CTAs done fetching; zero at launch, the kernel's last CTA zeroes them again
   // (the layer's status words kStatusUpItems / kStatusDownItems). nullptr: round robin.
   int32_t* fetch_counters = nullptr;
+  int lean_producer = 0;  // 1: one producer warp runs the k-loop where it can (GemmConfig::kLeanCapable)
 };
 
 /// The output row that prepared row r of a paired_rows weight tile holds: in each 16, rows r < 8

@@ -81,19 +81,22 @@ struct WeightLoader {
 };
 
 // ---- row loaders ------------------------------------------------------------------------------
-template <class Cfg, GemmRows kRows = Cfg::kRows>
+// kCopyThreads: the producer threads that run the k-loop (128, or 32 with a lean producer).
+template <class Cfg, GemmRows kRows = Cfg::kRows, int kCopyThreads = 128>
 struct RowLoader;
 
 // One row per token, gathered: route r of a column reads row r / k (+ shared_row_offset when r is
-// a shared route). This thread copies 16-byte chunk (tid % 8) of rows tid / 8 + 16 j.
+// a shared route). This thread copies 16-byte chunk (tid % 8) of rows tid / 8 + kRowStep j (16 with
+// 128 copying threads, 4 with a lean producer's 32).
 // The row addresses are formed once per tile (ncu: the 64-bit row * lda product and the parameter
 // reloads per chunk and stage were ~15 of the producer's instructions per copy); a stage adds the
 // k offset.
 // NOTE: one TMA box per row (Hopper's TMA has no row gather) was measured slower on H100 at
 // BLOCK_T=128 (T=2048: 189 vs 146 us for the projection GEMM).
-template <class Cfg>
-struct RowLoader<Cfg, GemmRows::gathered> {
-  static constexpr int kChunksPerThread = (Cfg::BLOCK_T * 8 + 127) / 128;
+template <class Cfg, int kCopyThreads>
+struct RowLoader<Cfg, GemmRows::gathered, kCopyThreads> {
+  static constexpr int kChunksPerThread = (Cfg::BLOCK_T * 8 + kCopyThreads - 1) / kCopyThreads;
+  static constexpr int kRowStep = kCopyThreads / 8;  // rows between a thread's chunks
   const uint8_t* src[kChunksPerThread];  // this thread's chunk of each tile row, nullptr: absent
   const float* scale;                    // fp8: scales of column tid's row, nullptr: absent
 
@@ -107,7 +110,7 @@ struct RowLoader<Cfg, GemmRows::gathered> {
   __device__ RowLoader(const GroupedGemmParams& p, const typename Cfg::TileMeta& m, int tid) {
 #pragma unroll
     for (int j = 0; j < kChunksPerThread; ++j) {
-      const int r = tid / 8 + 16 * j;
+      const int r = tid / 8 + kRowStep * j;
       const int row = r < Cfg::BLOCK_T ? row_of(p, m.col_route[r]) : -1;
       src[j] = row >= 0 ? p.a + int64_t(row) * p.lda + (tid % 8) * 16 : nullptr;
     }
@@ -133,7 +136,7 @@ struct RowLoader<Cfg, GemmRows::gathered> {
     const bool half = HalfTile<Cfg>::kOn && p.narrow_tails && src[kChunksPerThread / 2] == nullptr;
 #pragma unroll
     for (int j = 0; j < kChunksPerThread; ++j) {
-      const int r = tid / 8 + 16 * j;
+      const int r = tid / 8 + kRowStep * j;
       if (r < Cfg::BLOCK_T && !(half && j >= kChunksPerThread / 2)) {
         const bool ok = src[j] != nullptr && in_k;
         ptx::cp_async_16(a_base + ptx::swizzle128_offset(r, chunk), ok ? src[j] + k_off : p.a,
@@ -152,8 +155,8 @@ struct RowLoader<Cfg, GemmRows::gathered> {
 // past the expert's routes belong to the next expert (their columns are discarded by the
 // epilogue); rows past the tensor's end arrive as zeros. fp8: the two per-64 scales (tma) or the
 // one per-128 scale (tma_s128) of each real column by cp.async.
-template <class Cfg>
-struct RowLoader<Cfg, GemmRows::tma> {
+template <class Cfg, int kCopyThreads>
+struct RowLoader<Cfg, GemmRows::tma, kCopyThreads> {
   __device__ RowLoader(const GroupedGemmParams&, const typename Cfg::TileMeta&, int) {}
 
   __device__ void issue(const GroupedGemmParams& p, const Segment& s, int kb,
@@ -181,9 +184,9 @@ struct RowLoader<Cfg, GemmRows::tma> {
   }
 };
 
-template <class Cfg>
-struct RowLoader<Cfg, GemmRows::tma_s128> : RowLoader<Cfg, GemmRows::tma> {
-  using RowLoader<Cfg, GemmRows::tma>::RowLoader;
+template <class Cfg, int kCopyThreads>
+struct RowLoader<Cfg, GemmRows::tma_s128, kCopyThreads> : RowLoader<Cfg, GemmRows::tma, kCopyThreads> {
+  using RowLoader<Cfg, GemmRows::tma, kCopyThreads>::RowLoader;
 };
 
 // ---- MMA policies -----------------------------------------------------------------------------

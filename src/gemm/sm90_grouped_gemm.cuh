@@ -73,6 +73,13 @@ struct GemmConfig {
   static constexpr bool kStagedRows = gemm_staged_rows(kOperands_, kEpi, kWaves, kRows, kStages);
   // The producer arrives per thread through cp.async when it copies anything with it.
   static constexpr bool kCpAsync = kRows == GemmRows::gathered || kFp8;
+  // Where thread 0's TMA copies are a k-stage's only bytes (bf16 / e2m1 weights, TMA rows: the
+  // down GEMMs), GroupedGemmParams::lean_producer leaves the k-loop to the producer's first warp
+  // (FMOE_LEAN_PRODUCER; ncu, session 48: the four producer warps' ring polling was 11% of the
+  // NVFP4 down GEMM's instructions at T=128). Gathered rows are not lean: one warp holding the
+  // row pointers of a 16- or 32-token tile (4 or 8 a lane) spilled 68-238 bytes at the two-CTA
+  // configs' 56 producer registers.
+  static constexpr bool kLeanCapable = !kFp8 && kRows != GemmRows::gathered;
   // ptxas fits each role's code into its setmaxnreg budget (ptxas -v / --warn-on-spills): the
   // gathered-rows producer spilled 40 bytes at 56 (8 chunk rows + the tile walk) and nothing at
   // 72, which leaves the consumers 216: enough for one wave's two fragments, and for two waves'
@@ -216,45 +223,58 @@ __device__ __forceinline__ void produce(const GroupedGemmParams& p, typename Cfg
       break;
     }
     publish_columns<Cfg>(p, ss, s, m, tid);
-    const RowLoader<Cfg> rows(p, m, tid);
-    cptx::mbarrier_arrive(&ss.meta_full[meta.idx]);  // releases this thread's meta writes
-    meta.advance();
     // A pair item (HalfTile) fills two stages per k-block: weight tile wb's, then wb + 1's. One
     // flat loop (a nested one made the gathered producer spill at its 72 registers).
     const int pair = HalfTile<Cfg>::kOn ? s.pair : 0;
     // (kKBlocks: a stage per kKBlocks k-blocks, the last one with what is left)
     const int units = ((s.kb1 - s.kb0 + Cfg::kKBlocks - 1) / Cfg::kKBlocks) << pair;
-    for (int u = 0; u < units; ++u) {
-      const int kb = s.kb0 + (u >> pair) * Cfg::kKBlocks;
-      const int blocks = Cfg::kKBlocks == 1 ? 1 : min(Cfg::kKBlocks, s.kb1 - kb);
-      if constexpr (Cfg::kE2M1)
-        wait_barrier_long(&ss.empty[stage.idx], stage.phase ^ 1);
-      else
-        wait_barrier(&ss.empty[stage.idx], stage.phase ^ 1);
-      typename Cfg::Stage& st = ss.stages[stage.idx];
-      uint64_t* full = &ss.full[stage.idx];
-      if (tid == 0) {
-        const uint32_t tx_bytes = Cfg::tma_bytes(blocks);  // by value: cuda::ptx takes a reference
-        cptx::mbarrier_arrive_expect_tx(cptx::sem_release, cptx::scope_cta, cptx::space_shared,
-                                        full, tx_bytes);
+    auto k_loop = [&](const auto& rows) {
+      for (int u = 0; u < units; ++u) {
+        const int kb = s.kb0 + (u >> pair) * Cfg::kKBlocks;
+        const int blocks = Cfg::kKBlocks == 1 ? 1 : min(Cfg::kKBlocks, s.kb1 - kb);
+        if constexpr (Cfg::kE2M1)
+          wait_barrier_long(&ss.empty[stage.idx], stage.phase ^ 1);
+        else
+          wait_barrier(&ss.empty[stage.idx], stage.phase ^ 1);
+        typename Cfg::Stage& st = ss.stages[stage.idx];
+        uint64_t* full = &ss.full[stage.idx];
+        if (tid == 0) {
+          const uint32_t tx_bytes = Cfg::tma_bytes(blocks);  // by value: cuda::ptx takes a reference
+          cptx::mbarrier_arrive_expect_tx(cptx::sem_release, cptx::scope_cta, cptx::space_shared,
+                                          full, tx_bytes);
+        }
+        WeightLoader<Cfg>::issue(p, s, kb, st, full, tid, u & pair, blocks);
+        rows.issue(p, s, kb, st, full, tid);
+        if constexpr (Cfg::kKBlocks == 2)
+          if (blocks == 2) rows.issue(p, s, kb + 1, st, full, tid, 1);
+        // Every k-loop producer thread arrives: once its cp.async copies above have landed, or at
+        // once where thread 0's TMA copies are the stage's only bytes (the bf16 / e2m1 down GEMMs).
+        // Its arrival is what keeps a thread from falling a whole phase behind on the empty
+        // barriers: a thread that waited on them without gating the next phase could miss a
+        // release (the slot released twice between two of its polls reads the same parity as "not
+        // yet"), then wait for one that needs thread 0 to fill the slot in the next tile, while
+        // thread 0 waits for it at the next tile's bar.sync 1 (publish_columns): a deadlock.
+        // Session 43 saw the bf16 BLOCK_T=64 layer stall so in its graph replays, session 44's
+        // 600-forward test BLOCK_T=16 (LayerGpu.RepeatedForwardsFinishAtEveryTokenTileWidth;
+        // docs/performance.md). (Lean: the other three warps never wait on the ring.)
+        if constexpr (Cfg::kCpAsync) cptx::cp_async_mbarrier_arrive_noinc(full);
+        else cptx::mbarrier_arrive(full);
+        stage.advance();
       }
-      WeightLoader<Cfg>::issue(p, s, kb, st, full, tid, u & pair, blocks);
-      rows.issue(p, s, kb, st, full, tid);
-      if constexpr (Cfg::kKBlocks == 2)
-        if (blocks == 2) rows.issue(p, s, kb + 1, st, full, tid, 1);
-      // Every producer thread arrives: once its cp.async copies above have landed, or at once
-      // where thread 0's TMA copies are the stage's only bytes (the bf16 / e2m1 down GEMMs). Its
-      // arrival is what keeps a thread from falling a whole phase behind on the empty barriers:
-      // a thread that waited on them without gating the next phase could miss a release (the
-      // slot released twice between two of its polls reads the same parity as "not yet"), then
-      // wait for one that needs thread 0 to fill the slot in the next tile, while thread 0 waits
-      // for it at the next tile's bar.sync 1 (publish_columns): a deadlock. Session 43 saw the bf16
-      // BLOCK_T=64 layer stall so in its graph replays, session 44's 600-forward test BLOCK_T=16
-      // (LayerGpu.RepeatedForwardsFinishAtEveryTokenTileWidth; docs/performance.md).
-      if constexpr (Cfg::kCpAsync) cptx::cp_async_mbarrier_arrive_noinc(full);
-      else cptx::mbarrier_arrive(full);
-      stage.advance();
+    };
+    if constexpr (Cfg::kLeanCapable) {
+      if (p.lean_producer) {  // the first warp alone; the others go on to the next tile's barrier
+        const RowLoader<Cfg, Cfg::kRows, 32> rows(p, m, tid);
+        cptx::mbarrier_arrive(&ss.meta_full[meta.idx]);  // releases this thread's meta writes
+        meta.advance();
+        if (tid < 32) k_loop(rows);
+        continue;
+      }
     }
+    const RowLoader<Cfg> rows(p, m, tid);
+    cptx::mbarrier_arrive(&ss.meta_full[meta.idx]);  // releases this thread's meta writes
+    meta.advance();
+    k_loop(rows);
   }
   if constexpr (Cfg::kCpAsync) asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
@@ -511,7 +531,8 @@ grouped_gemm_kernel(const __grid_constant__ GroupedGemmParams p) {
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
-      cptx::mbarrier_init(&ss.full[s], 1 + 128);  // thread 0's expect_tx + every producer thread's
+      // thread 0's expect_tx + every k-loop producer thread's (lean: the first warp's)
+      cptx::mbarrier_init(&ss.full[s], 1 + (Cfg::kLeanCapable && p.lean_producer ? 32 : 128));
       cptx::mbarrier_init(&ss.empty[s], 128 * Cfg::kConsumerWGs);
     }
     for (int s = 0; s < Cfg::kMetaStages; ++s) {

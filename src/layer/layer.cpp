@@ -663,6 +663,7 @@ void fill_gemm_common(GroupedGemmParams& g, const MoeLayer::Impl& L, const Layer
   g.static_tiles = static_tiles;
   g.prefetch_units = knobs().prefetch_units;
   g.narrow_tails = knobs().narrow_tails;
+  g.lean_producer = knobs().lean_producer;
 }
 
 }  // namespace

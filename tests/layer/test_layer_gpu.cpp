@@ -226,10 +226,14 @@ TEST(LayerGpu, RepeatedForwardsFinishAtEveryTokenTileWidth) {
   // weights, fast mode; as many forwards as the bench (graphs of 20 replayed 30 times). A stage or
   // replay that does not finish within seconds ends the process with its name (cli::wait_or_die),
   // since freeing buffers under a hung kernel would wait forever.
+  // The bf16 and NVFP4 layers also with a lean producer (FMOE_LEAN_PRODUCER=1).
   FMOE_SKIP_WITHOUT_GPU();
-  for (Precision p : {Precision::bf16, Precision::fp8_block, Precision::nvfp4}) {
+  for (int variant = 0; variant < 5; ++variant) {
+    const Precision p = variant % 3 == 0 ? Precision::bf16 : variant % 3 == 1 ? Precision::nvfp4 : Precision::fp8_block;
+    detail::ScopedKnob<bool> lean(&detail::Knobs::lean_producer, variant >= 3);
     const MoeConfig cfg = scaled(find_preset("qwen3-30b-a3b"), 2048, 768, 128, p);
-    for (int T : {384, 64, 256, 1024}) {  // 24, 4, 16, 64 rows per expert: BLOCK_T 64, 16, 32, 128
+    // 24, 4, 16, 64 rows per expert: BLOCK_T 64 (NVFP4: 32), 16, 32, 128
+    for (int T : {384, 64, 256, 1024}) {
       const LayerCase c = make_case(cfg, T, ReductionMode::fast);
       const LayerData d = make_layer_data(c, 43, /*codes=*/true);
       const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
@@ -245,7 +249,7 @@ TEST(LayerGpu, RepeatedForwardsFinishAtEveryTokenTileWidth) {
       FMOE_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
       const detail::LayerPlan plan = detail::plan_layer_forward(g.layer->impl(), a, ws.get(), ws.bytes(), s);
       const std::string ctx = c.describe() + " " + detail::gemm_config_info(plan.up_config).name + "+" +
-                              detail::gemm_config_info(plan.down_config).name;
+                              detail::gemm_config_info(plan.down_config).name + (variant >= 3 ? " lean" : "");
       for (int i = 0; i < 4; ++i)
         for (detail::LayerStage st : detail::kLayerStages) {
           detail::run_layer_stage(plan, st, s);
@@ -313,6 +317,22 @@ TEST(LayerGpu, TwoKBlockStagesWithOddBlockCounts) {
     }
   }
   EXPECT_EQ(forced, 4) << "the two-block e2m1 configs of gemm_configs.def";
+}
+
+TEST(LayerGpu, LeanProducerFillsTheDownGemm) {
+  // FMOE_LEAN_PRODUCER=1: the bf16 / 4-bit down GEMMs (TMA rows) fill their k-stages from the
+  // producer's first warp alone (GemmConfig::kLeanCapable). Every token-tile width the layer picks
+  // (T = 12 .. 700 on 8 experts), NVFP4, MXFP4 and bf16 weights, both modes, and the fp8 layer
+  // (not lean) unchanged. (RepeatedForwardsFinishAtEveryTokenTileWidth replays it 600 times.)
+  FMOE_SKIP_WITHOUT_GPU();
+  detail::ScopedKnob<bool> lean(&detail::Knobs::lean_producer, true);
+  detail::ScopedKnob<int> engine(&detail::Knobs::gemv_max_t, 0);
+  for (Precision p : {Precision::nvfp4, Precision::mxfp4, Precision::bf16, Precision::fp8_block}) {
+    const MoeConfig cfg = scaled(find_preset(p == Precision::mxfp4 ? "gpt-oss-120b" : "qwen3-30b-a3b"), 448,
+                                 256, 8, p);
+    for (ReductionMode m : kModes)
+      for (int T : {12, 40, 100, 700}) run_case(make_case(cfg, T, m), 1, false);
+  }
 }
 
 TEST(LayerGpu, TokensOnMDownGemmBiasesAndAPartialWave) {
@@ -1099,6 +1119,13 @@ TEST(LayerGpu, SanitizerSmall) {
       const MoeConfig split = scaled(find_preset("deepseek-v3"), 1024, 128, 16, Precision::nvfp4);
       detail::ScopedKnob<bool> on(&detail::Knobs::split_k, true);
       run_case(make_case(split, 1, ReductionMode::deterministic), 1, false);
+    }
+    {  // A lean producer (one warp fills the down GEMM's k-stages), the engine at T=4 and 150.
+      detail::ScopedKnob<bool> lean(&detail::Knobs::lean_producer, true);
+      detail::ScopedKnob<int> gemv(&detail::Knobs::gemv_max_t, 0);
+      run_case(make_case(wide, 4, ReductionMode::fast), 1, false);
+      const MoeConfig qwen = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 8, Precision::nvfp4);
+      run_case(make_case(qwen, 150, ReductionMode::deterministic), 1, false);
     }
     // MXFP4: the same engine with UE8M0 scales re-laid per row.
     const MoeConfig mx = scaled(find_preset("gpt-oss-120b"), 2880, 128, 4, Precision::mxfp4);
