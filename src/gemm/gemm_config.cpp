@@ -34,13 +34,13 @@ bool gemm_config_staged_rows(GemmConfigId id) {
 bool gemm_configs_same_tile(GemmConfigId x, GemmConfigId y) {
   const GemmConfigInfo a = gemm_config_info(x), b = gemm_config_info(y);
   return b.block_t == a.block_t && b.waves == a.waves && b.weights == a.weights && b.rows == a.rows &&
-         b.epilogue == a.epilogue && b.operands == a.operands && b.ctas_per_sm == a.ctas_per_sm &&
-         b.kblocks == a.kblocks;
+         b.epilogue == a.epilogue && b.operands == a.operands && b.ctas_per_sm == a.ctas_per_sm;
 }
 
 GemmConfigId gemm_config_staged_twin(GemmConfigId id) {
   for (int i = 0; i < int(GemmConfigId::count); ++i)
-    if (gemm_config_staged_rows(GemmConfigId(i)) && gemm_configs_same_tile(id, GemmConfigId(i)))
+    if (gemm_config_staged_rows(GemmConfigId(i)) && gemm_configs_same_tile(id, GemmConfigId(i)) &&
+        gemm_config_info(GemmConfigId(i)).kblocks == gemm_config_info(id).kblocks)
       return GemmConfigId(i);
   return GemmConfigId::count;
 }

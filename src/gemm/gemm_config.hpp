@@ -46,9 +46,10 @@ constexpr bool gemm_staged_rows(GemmOperands operands, GemmEpilogue epi, int wav
          rows == GemmRows::tma_s128 && stages <= 3;
 }
 bool gemm_config_staged_rows(GemmConfigId id);
-/// Whether two configs differ at most in their k-stages (twins: the same tile, walk and epilogue).
+/// Whether two configs differ at most in their k-stages, count or shape (64-K blocks per stage):
+/// twins, with the same tile, walk and epilogue.
 bool gemm_configs_same_tile(GemmConfigId a, GemmConfigId b);
-/// The staged-rows config with the same tile as `id` (`id` itself when it stages its rows), or
+/// The staged-rows config with the same tile and stage shape as `id` (`id` itself when it stages its rows), or
 /// GemmConfigId::count when none is compiled.
 GemmConfigId gemm_config_staged_twin(GemmConfigId id);
 /// The config named `name`, or GemmConfigId::count when there is none.

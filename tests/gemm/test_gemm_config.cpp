@@ -249,6 +249,14 @@ TEST(GemmConfig, DownGemmWithIntermediateScalesPer128) {
   EXPECT_EQ(gemm_config_staged_twin(s3), s3);
   EXPECT_EQ(gemm_config_staged_twin(gemm_config_by_name("down_fp8_bt128_tm_h128_s6")), GemmConfigId::count);
   EXPECT_EQ(gemm_config_staged_twin(gemm_config_by_name("down_fp8_bt128_w2_tm_s4")), GemmConfigId::count);
+  // Two 64-K blocks per stage: a twin of the one-block tile (a forced one is taken as named), never
+  // the automatic choice.
+  const GemmConfigId k2 = gemm_config_by_name("up_e2m1_bt16_c2_k2_s4");
+  ASSERT_NE(k2, GemmConfigId::count);
+  EXPECT_TRUE(gemm_configs_same_tile(k2, gemm_config_by_name("up_e2m1_bt16_c2_s8")));
+  EXPECT_FALSE(gemm_configs_same_tile(k2, gemm_config_by_name("up_e2m1_bt32_c2_k2_s3")));
+  EXPECT_EQ(gemm_config_of(GemmWeights::e2m1, GemmRows::gathered, GemmEpilogue::swiglu, 16, 1,
+                           GemmOperands::weights_m, 2), gemm_config_by_name("up_e2m1_bt16_c2_s8"));
   // select_block_t takes a forced config of either down family.
   EXPECT_EQ(select_block_t(8192, 8, 128, "down_fp8_bt128_w2_tm_h128_s4",
                            {{GemmWeights::fp8_block, GemmRows::gathered, GemmEpilogue::swiglu}, kDownFp8,

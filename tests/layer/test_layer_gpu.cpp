@@ -38,23 +38,26 @@ std::vector<int32_t> ids_from_counts(const std::vector<int>& counts, int T, int 
 }
 
 // end_to_end: also against ref::moe_layer (slow for full-size presets, whose weights are then
-// drawn as codes: seconds instead of minutes).
-void run_case(const LayerCase& c, int seeds = 1, bool end_to_end = true) {
+// drawn as codes: seconds instead of minutes). Returns the plan of the last seed's forward.
+detail::LayerPlan run_case(const LayerCase& c, int seeds = 1, bool end_to_end = true) {
   std::vector<uint64_t> all = seeds_for(hash_ints({c.T, c.cfg.hidden, c.cfg.intermediate,
                                                    c.cfg.num_experts, int(c.mode), int(c.route),
                                                    int(c.cfg.weight_precision)}));
   all.erase(all.begin(), all.end() - std::min<int>(seeds, int(all.size())));  // the fresh seed last
+  detail::LayerPlan plan;
   for (uint64_t seed : all) {
     const LayerData d = make_layer_data(c, seed, /*codes=*/!end_to_end);
     const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
     const LayerRun run = run_layer(*g.layer, c, d);
     const std::string ctx = c.describe() + strf(" seed %llu", (unsigned long long)seed);
     EXPECT_EQ(run.dropped, 0) << ctx;
+    plan = run.plan;
     if (c.T == 0) continue;
     check_gate_up(c, d, g.layer->impl(), run, ctx);
     check_down(c, d, g.layer->impl(), run, ctx);
     if (end_to_end) check_end_to_end(c, d, run, ctx);
   }
+  return plan;
 }
 
 LayerCase make_case(const MoeConfig& cfg, int T, ReductionMode m, LayerRoute r = LayerRoute::computed) {
@@ -310,10 +313,19 @@ TEST(LayerGpu, TwoKBlockStagesWithOddBlockCounts) {
     const MoeConfig odd = scaled(find_preset("qwen3-30b-a3b"), 448, 320, 8, Precision::nvfp4);
     const MoeConfig oss = scaled(find_preset("gpt-oss-120b"), 2880, 256, 8, Precision::mxfp4);
     const MoeConfig ds = scaled(find_preset("deepseek-v3"), 7168, 256, 16, Precision::nvfp4);
+    // The plan must run the forced config (a forced config that no rule picks was once dropped
+    // silently for the automatic one, and this test passed without running it).
+    const detail::GemmConfigId id = detail::GemmConfigId(i);
+    const auto ran = [&](const LayerCase& c) {
+      const detail::LayerPlan p = run_case(c, 1, false);
+      EXPECT_TRUE(p.up_config == id || p.down_config == id)
+          << c.describe() << " forced " << ci.name << " ran " << detail::gemm_config_info(p.up_config).name << "+"
+          << detail::gemm_config_info(p.down_config).name;
+    };
     for (ReductionMode m : kModes) {
-      for (int T : {1, 12, 40}) run_case(make_case(odd, T, m), 1, false);
-      run_case(make_case(oss, 12, m), 1, false);
-      run_case(make_case(ds, 24, m), 1, false);
+      for (int T : {1, 12, 40}) ran(make_case(odd, T, m));
+      ran(make_case(oss, 12, m));
+      ran(make_case(ds, 24, m));
     }
   }
   EXPECT_EQ(forced, 4) << "the two-block e2m1 configs of gemm_configs.def";
