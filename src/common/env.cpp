@@ -23,7 +23,7 @@ const KnobInfo kKnobTable[] = {
     {"FMOE_EP_TIMEOUT", "an integer in [1, 86400]", "seconds 'run --ep' and 'bench --op ep_layer' wait for their rank processes before ending them (default 1800)"},
     {"FMOE_GEMV_SPLIT", "1, 2 or 4", "K parts inside each CTA of the 4-bit decode GEMVs when they have few CTAs (default: the layer's rule)"},
     {"FMOE_NARROW_TAILS", "0 or 1", "0: the grouped GEMMs run every token tile at full size (default 1: tail tiles of fp8 / 4-bit weights-as-M configs run narrower wgmmas where their routes fit, and the two-wave tokens-as-M tails of <= 64 routes run at half height, in the gate/up as interleaved pairs)"},
-    {"FMOE_LEAN_PRODUCER", "0 or 1", "1: in the bf16 / 4-bit grouped GEMM configs whose k-stage copies one warp can issue (TMA rows, or gathered rows of <= 32 tokens), only the producer warpgroup's first warp runs the k-loop; the other three wait at the next tile's barrier instead of polling the ring (default 0)"},
+    {"FMOE_LEAN_PRODUCER", "0 or 1", "1: in the layer's bf16 / 4-bit down GEMMs (TMA rows), only the producer warpgroup's first warp runs the k-loop; the other three wait at the next tile's barrier instead of polling the ring; 0: all four (default: the layer's rule, one warp for 4-bit weights in tiles of <= 32 tokens)"},
     {"FMOE_DYNAMIC_ITEMS", "0, 1, 2 or 3", "which of the layer's grouped GEMMs take their tiles after each CTA's first in order from a counter, so the CTAs sharing a weight tile stay together: 1 the gate/up, 2 the down, 3 both (default), 0 neither (round robin); the layer uses it for FP8 tiles with tokens as M, and for FP8 tiles of K >= 4096 where the hit experts average <= 1.03 or >= 3 routes"},
     {"FMOE_ROWS16_MIN_T", "an integer in [0, 1073741824]", "fast mode's down GEMM writes one bf16 row per route, summed by finalize, from this many tokens up (0: never, always fp32 atomics; default: the layer's rule)"},
     {"FMOE_SCHEDULE_ROUTES", "1, 2, 4 or 8", "routes each thread of the schedule kernel ranks (default: the fewest whose grid fits two CTAs an SM)"},
@@ -82,7 +82,7 @@ Knobs read_knobs() {
   if (const char* v = env("FMOE_NARROW_TAILS"))
     k.narrow_tails = parse_knob_bool("FMOE_NARROW_TAILS", v);
   if (const char* v = env("FMOE_LEAN_PRODUCER"))
-    k.lean_producer = parse_knob_bool("FMOE_LEAN_PRODUCER", v);
+    k.lean_producer = parse_knob_bool("FMOE_LEAN_PRODUCER", v) ? 1 : 0;
   if (const char* v = env("FMOE_DYNAMIC_ITEMS"))
     k.dynamic_items = parse_knob_int("FMOE_DYNAMIC_ITEMS", v, 0, 3);
   if (const char* v = env("FMOE_EP_TIMEOUT"))

@@ -24,7 +24,7 @@ struct Knobs {
   int gemv_max_t = -1;         ///< FMOE_GEMV_MAX_T=n: the 4-bit layer runs its GEMMs as GEMVs up to T=n (-1: the layer's rule)
   int gemv_split = 0;          ///< FMOE_GEMV_SPLIT=1|2|4: K parts in the few-CTA decode GEMVs (0: the rule)
   bool narrow_tails = true;    ///< FMOE_NARROW_TAILS=0: every token tile at full width (A/B timing)
-  bool lean_producer = false;  ///< FMOE_LEAN_PRODUCER=1: one producer warp fills the k-stages of the small bf16 / 4-bit tiles (A/B timing)
+  int lean_producer = -1;      ///< FMOE_LEAN_PRODUCER=0|1: whether one producer warp fills the down GEMM's k-stages (-1: the layer's rule)
   int dynamic_items = 3;       ///< FMOE_DYNAMIC_ITEMS: which GEMMs take tiles from a counter (bit 0 gate/up, bit 1 down; A/B timing)
   int rows16_min_t = -1;       ///< FMOE_ROWS16_MIN_T=n: fast mode combines by bf16 route rows from T=n (0: never; -1: the layer's rule)
   int schedule_routes = 0;     ///< FMOE_SCHEDULE_ROUTES=1|2|4|8: routes per thread of the schedule kernel (0: the rule)

@@ -341,6 +341,40 @@ bool layer_narrow_tiles(GemmWeights w, double rows, std::string* reason) {
   return true;
 }
 
+// Two 64-K blocks per k-stage at decode sizes, where the 4-bit GEMMs are issue-bound (ncu,
+// session 48: 5.05 thread instructions per weight at deepseek-v3 T=128): the producer's per-stage
+// work (barriers, its copies' setup, ring polling) is paid once per two blocks. The static SASS
+// count said 12% fewer instructions in the gate/up, 7% in the down. Measured on H200 (session 49,
+// call 3, NVFP4, even loads, fast mode; each GEMM's two-block config forced against the one-block
+// choice): gate/up at BLOCK_T=16 0.942-0.955 (deepseek-v3, qwen3-30b-a3b, qwen3.5-35b-a3b at
+// T=32 and 128; the layer 0.953-0.974), at BLOCK_T=32 0.944 (qwen3-30b-a3b, qwen3-235b-a22b at
+// T=256; the layer 0.964-0.966); the down at 16 0.948-0.979, at 32 0.979-0.988. No 4-bit tile of
+// 16 or 32 tokens measured slower, so every compiled one takes its twin.
+GemmConfigId layer_two_block_stages(GemmConfigId id, std::string* reason) {
+  const GemmConfigInfo c = gemm_config_info(id);
+  if (c.weights != GemmWeights::e2m1 || c.kblocks != 1) return id;
+  for (int i = 0; i < int(GemmConfigId::count); ++i) {
+    const GemmConfigId t = GemmConfigId(i);
+    if (gemm_config_info(t).kblocks == 2 && gemm_configs_same_tile(t, id)) {
+      if (reason)
+        *reason += "; two 64-K blocks per k-stage (4-bit, BLOCK_T <= 32: the GEMMs 0.94-0.99 of one block)";
+      return t;
+    }
+  }
+  return id;
+}
+
+// The lean producer (one warp runs the down GEMM's k-loop, the other three skip the ring: its
+// polling was 11% of the NVFP4 down GEMM's instructions, ncu session 48). Measured on H200,
+// NVFP4, even loads: with one-block stages (session 49, call 2) the down GEMM 0.982-0.992 on
+// deepseek-v3 / qwen3-30b-a3b at T=32-256, qwen3.5-35b-a3b 0.990-1.002; with the two-block
+// BLOCK_T=16 stages (call 3) 0.937-0.974 of the one-block stages against 0.948-0.979 without it.
+// BF16 weights and 4-bit tiles wider than 32 tokens were not measured: they keep four warps.
+bool layer_lean_producer(GemmWeights w, int block_t, int forced) {
+  if (forced >= 0) return forced == 1;
+  return w == GemmWeights::e2m1 && block_t <= 32;
+}
+
 int select_block_t(int T, int k, int E, const std::string& forced,
                    std::initializer_list<GemmFamily> families, std::string* reason) {
   if (!forced.empty()) {

@@ -88,6 +88,12 @@ bool layer_wide_tiles(GemmWeights w, double rows, int H, int up_weight_tiles, in
 /// Whether a 4-bit layer takes BLOCK_T=32 where select_block_t picks 64 (17-31 rows per expert
 /// expected). Sets `reason` when it does.
 bool layer_narrow_tiles(GemmWeights w, double rows, std::string* reason);
+/// The layer's config with two 64-K blocks per k-stage that shares `id`'s tile (4-bit tiles of
+/// BLOCK_T <= 32, gemm_configs.def: kblocks 2), else `id`. Appends to `reason` when it differs.
+GemmConfigId layer_two_block_stages(GemmConfigId id, std::string* reason);
+/// Whether the layer's down GEMM of `w` weights in BLOCK_T-token tiles fills its k-stages from one
+/// producer warp (GroupedGemmParams::lean_producer). `forced`: FMOE_LEAN_PRODUCER (0 or 1), -1 when unset.
+bool layer_lean_producer(GemmWeights w, int block_t, int forced);
 int select_block_t(int T, int k, int E, const std::string& forced,
                    std::initializer_list<GemmFamily> families, std::string* reason);
 

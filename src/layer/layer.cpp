@@ -663,7 +663,6 @@ void fill_gemm_common(GroupedGemmParams& g, const MoeLayer::Impl& L, const Layer
   g.static_tiles = static_tiles;
   g.prefetch_units = knobs().prefetch_units;
   g.narrow_tails = knobs().narrow_tails;
-  g.lean_producer = knobs().lean_producer;
 }
 
 }  // namespace
@@ -872,6 +871,10 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
       plan.down_config = twin;
       plan.config_reason += "; bf16 route rows: the down config that stores them in slot order by TMA";
     }
+    if (forced == GemmConfigId::count) {
+      plan.up_config = layer_two_block_stages(plan.up_config, &plan.config_reason);
+      plan.down_config = layer_two_block_stages(plan.down_config, &plan.config_reason);
+    }
   }
   const int min_part_kb = plan.gemv ? 0 : knobs().split_k ? 2 : L.e2m1 ? 32 : 0;
   if (min_part_kb > 0 && bt == kSplitBlockT && !static_tiles && split_possible(L) &&
@@ -982,6 +985,7 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   // ---- GEMM 2: down, compact rows of h by TMA, combine epilogue -> acc ----
   GroupedGemmParams& g2 = plan.down;
   fill_gemm_common(g2, L, ws, T, plan.fused_schedule, static_tiles);
+  g2.lean_producer = layer_lean_producer(gemm_config_info(plan.down_config).weights, bt, knobs().lean_producer);
   g2.w_desc = L.w2_desc;
   g2.w_scale = L.w2_scale.get<float>();
   g2.w_blocks = L.e2m1 ? L.w2.get<uint8_t>() : nullptr;

@@ -257,6 +257,37 @@ TEST(GemmConfig, DownGemmWithIntermediateScalesPer128) {
   EXPECT_FALSE(gemm_configs_same_tile(k2, gemm_config_by_name("up_e2m1_bt32_c2_k2_s3")));
   EXPECT_EQ(gemm_config_of(GemmWeights::e2m1, GemmRows::gathered, GemmEpilogue::swiglu, 16, 1,
                            GemmOperands::weights_m, 2), gemm_config_by_name("up_e2m1_bt16_c2_s8"));
+}
+
+TEST(GemmConfig, FourBitDecodeTilesTakeTwoBlockStagesAndALeanProducer) {
+  // The layer's rules (measured faster on H200, session 49): 4-bit tiles of 16 and 32 tokens take
+  // their two-block twins; wider ones, fp8 and bf16 keep one block per stage.
+  std::string why;
+  for (const char* n : {"up_e2m1_bt16_c2_s8", "down_e2m1_bt16_c2_s8", "up_e2m1_bt32_c2_s6", "down_e2m1_bt32_c2_s6"}) {
+    const GemmConfigId id = gemm_config_by_name(n);
+    ASSERT_NE(id, GemmConfigId::count) << n;
+    const GemmConfigId t = layer_two_block_stages(id, &why);
+    EXPECT_EQ(gemm_config_info(t).kblocks, 2) << n;
+    EXPECT_TRUE(gemm_configs_same_tile(t, id)) << n;
+  }
+  EXPECT_NE(why.find("two 64-K blocks"), std::string::npos);
+  int kept = 0;
+  for (int i = 0; i < int(GemmConfigId::count); ++i) {
+    const GemmConfigInfo c = gemm_config_info(GemmConfigId(i));
+    if (c.kblocks == 2 || (c.weights == GemmWeights::e2m1 && c.block_t <= 32)) continue;
+    std::string none;
+    EXPECT_EQ(layer_two_block_stages(GemmConfigId(i), &none), GemmConfigId(i)) << c.name;
+    EXPECT_TRUE(none.empty()) << c.name;
+    ++kept;
+  }
+  EXPECT_GT(kept, 10);
+  EXPECT_TRUE(layer_lean_producer(GemmWeights::e2m1, 16, -1));
+  EXPECT_TRUE(layer_lean_producer(GemmWeights::e2m1, 32, -1));
+  EXPECT_FALSE(layer_lean_producer(GemmWeights::e2m1, 64, -1));
+  EXPECT_FALSE(layer_lean_producer(GemmWeights::bf16, 16, -1));
+  EXPECT_FALSE(layer_lean_producer(GemmWeights::fp8_block, 16, -1));
+  EXPECT_FALSE(layer_lean_producer(GemmWeights::e2m1, 16, 0));   // FMOE_LEAN_PRODUCER=0
+  EXPECT_TRUE(layer_lean_producer(GemmWeights::bf16, 128, 1));   // FMOE_LEAN_PRODUCER=1
   // select_block_t takes a forced config of either down family.
   EXPECT_EQ(select_block_t(8192, 8, 128, "down_fp8_bt128_w2_tm_h128_s4",
                            {{GemmWeights::fp8_block, GemmRows::gathered, GemmEpilogue::swiglu}, kDownFp8,

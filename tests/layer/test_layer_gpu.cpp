@@ -233,7 +233,7 @@ TEST(LayerGpu, RepeatedForwardsFinishAtEveryTokenTileWidth) {
   FMOE_SKIP_WITHOUT_GPU();
   for (int variant = 0; variant < 5; ++variant) {
     const Precision p = variant % 3 == 0 ? Precision::bf16 : variant % 3 == 1 ? Precision::nvfp4 : Precision::fp8_block;
-    detail::ScopedKnob<bool> lean(&detail::Knobs::lean_producer, variant >= 3);
+    detail::ScopedKnob<int> lean(&detail::Knobs::lean_producer, variant >= 3 ? 1 : 0);
     const MoeConfig cfg = scaled(find_preset("qwen3-30b-a3b"), 2048, 768, 128, p);
     // 24, 4, 16, 64 rows per expert: BLOCK_T 64 (NVFP4: 32), 16, 32, 128
     for (int T : {384, 64, 256, 1024}) {
@@ -337,7 +337,7 @@ TEST(LayerGpu, LeanProducerFillsTheDownGemm) {
   // (T = 12 .. 700 on 8 experts), NVFP4, MXFP4 and bf16 weights, both modes, and the fp8 layer
   // (not lean) unchanged. (RepeatedForwardsFinishAtEveryTokenTileWidth replays it 600 times.)
   FMOE_SKIP_WITHOUT_GPU();
-  detail::ScopedKnob<bool> lean(&detail::Knobs::lean_producer, true);
+  detail::ScopedKnob<int> lean(&detail::Knobs::lean_producer, 1);
   detail::ScopedKnob<int> engine(&detail::Knobs::gemv_max_t, 0);
   for (Precision p : {Precision::nvfp4, Precision::mxfp4, Precision::bf16, Precision::fp8_block}) {
     const MoeConfig cfg = scaled(find_preset(p == Precision::mxfp4 ? "gpt-oss-120b" : "qwen3-30b-a3b"), 448,
@@ -1133,7 +1133,7 @@ TEST(LayerGpu, SanitizerSmall) {
       run_case(make_case(split, 1, ReductionMode::deterministic), 1, false);
     }
     {  // A lean producer (one warp fills the down GEMM's k-stages), the engine at T=4 and 150.
-      detail::ScopedKnob<bool> lean(&detail::Knobs::lean_producer, true);
+      detail::ScopedKnob<int> lean(&detail::Knobs::lean_producer, 1);
       detail::ScopedKnob<int> gemv(&detail::Knobs::gemv_max_t, 0);
       run_case(make_case(wide, 4, ReductionMode::fast), 1, false);
       const MoeConfig qwen = scaled(find_preset("qwen3.5-35b-a3b"), 256, 128, 8, Precision::nvfp4);
