@@ -70,7 +70,7 @@ GemmConfigId gemm_config_of(GemmWeights w, GemmRows rows, GemmEpilogue epi, int 
                             int waves, GemmOperands operands, int ctas) {
   for (int i = 0; i < int(GemmConfigId::count); ++i) {
     const GemmConfigInfo c = gemm_config_info(GemmConfigId(i));
-    // (Two-block stages only where forced: no rule picks them yet.)
+    // (One block per stage: the layer swaps in a two-block twin by its own rule, layer_two_block_stages.)
     if (c.block_t == block_t && c.waves == waves && c.operands == operands && c.kblocks == 1 &&
         (ctas == 0 || c.ctas_per_sm == ctas) && same_family(c, {w, rows, epi}))
       return GemmConfigId(i);

@@ -75,8 +75,8 @@ struct GemmConfig {
   static constexpr bool kCpAsync = kRows == GemmRows::gathered || kFp8;
   // Where thread 0's TMA copies are a k-stage's only bytes (bf16 / e2m1 weights, TMA rows: the
   // down GEMMs), GroupedGemmParams::lean_producer leaves the k-loop to the producer's first warp
-  // (FMOE_LEAN_PRODUCER; ncu, session 48: the four producer warps' ring polling was 11% of the
-  // NVFP4 down GEMM's instructions at T=128). Gathered rows are not lean: one warp holding the
+  // (the layer's rule, layer_lean_producer, or FMOE_LEAN_PRODUCER; ncu, session 48: the four producer
+  // warps' ring polling was 11% of the NVFP4 down GEMM's instructions at T=128). Gathered rows are not lean: one warp holding the
   // row pointers of a 16- or 32-token tile (4 or 8 a lane) spilled 68-238 bytes at the two-CTA
   // configs' 56 producer registers.
   static constexpr bool kLeanCapable = !kFp8 && kRows != GemmRows::gathered;

@@ -778,7 +778,7 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   const int up_ctas = select_ctas(up_fam, bt, up_waves, up_operands, token_tiles * L.NT1 / up_waves, sms,
                                   knobs().force_config, &plan.config_reason);
   plan.up_config = gemm_config_of(up_fam.weights, up_fam.rows, up_fam.epilogue, bt, up_waves, up_operands, up_ctas);
-  {  // A forced config that differs only in its k-stages (count or shape: no rule picks those) is taken as named.
+  {  // A forced config that differs only in its k-stages (count or shape) is taken as named.
     const GemmConfigId forced = knobs().force_config.empty() ? GemmConfigId::count
                                                              : gemm_config_by_name(knobs().force_config);
     if (forced != GemmConfigId::count && gemm_configs_same_tile(forced, plan.up_config)) plan.up_config = forced;
