@@ -232,12 +232,15 @@ __device__ __forceinline__ void produce(const GroupedGemmParams& p, typename Cfg
       for (int u = 0; u < units; ++u) {
         const int kb = s.kb0 + (u >> pair) * Cfg::kKBlocks;
         const int blocks = Cfg::kKBlocks == 1 ? 1 : min(Cfg::kKBlocks, s.kb1 - kb);
-        if constexpr (Cfg::kE2M1 && Cfg::kRows == GemmRows::gathered) {
-          // The 4-bit gate/up: the consumers set the rate, so the producer mostly waits here. One
-          // warp polls; the other three sleep at named barrier 3 (no issue slots) until it passes.
-          // ncu (session 49, deepseek-v3 T=128): the four warps' retry loop ran 30 M times, ~9% of
-          // the GEMM's instructions, on the schedulers the decoding consumers need. No thread can
-          // fall a phase behind: all 128 pass the barrier together, each stage.
+        if constexpr (Cfg::kE2M1 && Cfg::kRows == GemmRows::gathered && Cfg::BLOCK_T <= 32) {
+          // The 4-bit gate/up at decode sizes: the consumers set the rate, so the producer mostly
+          // waits here. One warp polls; the other three sleep at named barrier 3 (no issue slots)
+          // until it passes. ncu (session 49, deepseek-v3 T=128): the four warps' retry loop ran
+          // 30 M times, ~9% of the GEMM's instructions, on the schedulers the decoding consumers
+          // need. Measured on H200 (session 49, call 8, even loads): the gate/up 0.971-0.974 at
+          // T=32 / 128 (qwen3-30b-a3b, qwen3.5-35b-a3b, deepseek-v3), the layer 0.982-0.985; at
+          // BLOCK_T=128 (qwen3-30b-a3b T=2048) 1.009, so wider tiles keep four polling warps. No
+          // thread can fall a phase behind: all 128 pass the barrier together, each stage.
           if (tid < 32) wait_barrier_long(&ss.empty[stage.idx], stage.phase ^ 1);
           asm volatile("bar.sync 3, 128;\n" ::: "memory");
         } else if constexpr (Cfg::kE2M1) {
