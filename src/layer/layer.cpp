@@ -778,11 +778,15 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   const int up_ctas = select_ctas(up_fam, bt, up_waves, up_operands, token_tiles * L.NT1 / up_waves, sms,
                                   knobs().force_config, &plan.config_reason);
   plan.up_config = gemm_config_of(up_fam.weights, up_fam.rows, up_fam.epilogue, bt, up_waves, up_operands, up_ctas);
-  {  // A forced config that differs only in its k-stages (count or shape) is taken as named.
-    const GemmConfigId forced = knobs().force_config.empty() ? GemmConfigId::count
-                                                             : gemm_config_by_name(knobs().force_config);
-    if (forced != GemmConfigId::count && gemm_configs_same_tile(forced, plan.up_config)) plan.up_config = forced;
-  }
+  // FMOE_FORCE_CONFIG's config (checked against the families above), or count. A forced config
+  // that differs from a GEMM's choice only in its k-stages (count or shape) is taken as named;
+  // the other GEMM follows the rules, two-block stages included (what a tuning run compares).
+  const GemmConfigId forced = knobs().force_config.empty() ? GemmConfigId::count
+                                                           : gemm_config_by_name(knobs().force_config);
+  if (forced != GemmConfigId::count && gemm_configs_same_tile(forced, plan.up_config))
+    plan.up_config = forced;
+  else
+    plan.up_config = layer_two_block_stages(plan.up_config, &plan.config_reason);
   // The fp8 intermediate's scale block. A two-wave tokens-as-M gate/up tile holds 128
   // intermediate values of each token, so it can quantize them with one scale, and the down GEMM
   // then promotes once per k-stage instead of twice (measured on H200, docs/performance.md issue
@@ -802,8 +806,6 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
     FMOE_REQUIRE(asked != 128 || !L.fp8 || up_pairs, "%s: intermediate_scale_block=128 needs GEMM 1 in "
                  "two-wave tokens-as-M tiles (fp8, BLOCK_T=128); at T=%d it runs %s", kOp, T, up.name);
     bool s128 = L.fp8 && (asked == 0 ? up_pairs && !det : asked == 128);
-    const GemmConfigId forced = knobs().force_config.empty() ? GemmConfigId::count
-                                                             : gemm_config_by_name(knobs().force_config);
     if (forced != GemmConfigId::count) {
       const GemmConfigInfo f = gemm_config_info(forced);
       if (f.weights == gw && f.epilogue == GemmEpilogue::combine && f.rows != GemmRows::gathered)
@@ -860,19 +862,15 @@ LayerPlan plan_layer_forward(const MoeLayer::Impl& L, const MoeForwardArgs& a, v
   // full tiles. Measured on H200 (session 39, call 3, layer): 256-512 routes per expert (all three
   // presets at T=8192) 0.979-0.988 of the route-order rows, the down GEMM 0.94-0.97; 64
   // (deepseek-v3 T=2048, nearly every tile partial) 1.003, the down GEMM 1.017 (3 stages, no TMA
-  // store to gain). In between it was not measured.
+  // store to gain). In between it was not measured. (4-bit tiles: their two-block twins.)
   {
-    const GemmConfigId forced = knobs().force_config.empty() ? GemmConfigId::count
-                                                             : gemm_config_by_name(knobs().force_config);
     const GemmConfigId twin = gemm_config_staged_twin(plan.down_config);
     if (forced != GemmConfigId::count && gemm_configs_same_tile(forced, plan.down_config)) {
       plan.down_config = forced;
     } else if (rows16 && !plan.fused_schedule && twin != GemmConfigId::count && rows >= 128) {
       plan.down_config = twin;
       plan.config_reason += "; bf16 route rows: the down config that stores them in slot order by TMA";
-    }
-    if (forced == GemmConfigId::count) {
-      plan.up_config = layer_two_block_stages(plan.up_config, &plan.config_reason);
+    } else {
       plan.down_config = layer_two_block_stages(plan.down_config, &plan.config_reason);
     }
   }

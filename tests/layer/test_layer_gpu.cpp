@@ -318,9 +318,14 @@ TEST(LayerGpu, TwoKBlockStagesWithOddBlockCounts) {
     const detail::GemmConfigId id = detail::GemmConfigId(i);
     const auto ran = [&](const LayerCase& c) {
       const detail::LayerPlan p = run_case(c, 1, false);
+      const detail::GemmConfigInfo up = detail::gemm_config_info(p.up_config),
+                                   down = detail::gemm_config_info(p.down_config);
       EXPECT_TRUE(p.up_config == id || p.down_config == id)
-          << c.describe() << " forced " << ci.name << " ran " << detail::gemm_config_info(p.up_config).name << "+"
-          << detail::gemm_config_info(p.down_config).name;
+          << c.describe() << " forced " << ci.name << " ran " << up.name << "+" << down.name;
+      // The other GEMM follows the rules, its two-block twin included where one is compiled.
+      const detail::GemmConfigId other = p.up_config == id ? p.down_config : p.up_config;
+      EXPECT_EQ(detail::layer_two_block_stages(other, nullptr), other)
+          << c.describe() << " ran " << up.name << "+" << down.name;
     };
     for (ReductionMode m : kModes) {
       for (int T : {1, 12, 40}) ran(make_case(odd, T, m));
