@@ -4,7 +4,7 @@
 # binary run directly, then the four sanitizers.
 set -u
 export FMOE_NO_SETUP=1
-G=.device_carry/s49g; R=$OUT/r; mkdir -p $R $G/tests
+G=${G:-.device_carry/s49g}; R=$OUT/r; mkdir -p $R $G/tests  # (G: another carry, as next_call_s50.sh)
 for f in $G/*.xz; do xz -d -f -T0 $f; done
 mv $G/test_*_gpu $G/tests/ 2>/dev/null; chmod +x $G/fusedmoe $G/tests/*
 s=$SECONDS; FMOE_BUILD_DIR=$G timeout 570 scripts/gpu_check.sh --no-build --direct > $R/gpu_check.txt 2>&1
