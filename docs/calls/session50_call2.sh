@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DRAFT (not run), ~4 min, after next_call_s50.sh on the same carry (.device_carry/s50g, already unpacked there):
+# Session 50 call 2 (as run), ~4 min, after next_call_s50.sh on the same carry (.device_carry/s50g, already unpacked there):
 # the lean down producer where session 49 did not measure it (docs/status.md next step 2): FMOE_LEAN_PRODUCER=1
 # against the default (four warps) for bf16 weights at decode and prefill sizes and for 4-bit tiles of 64 / 128
 # tokens; even loads, fast mode. A rule moves only on two rounds that agree.

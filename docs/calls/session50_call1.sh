@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DRAFT (not run), ~8 min: gpu_check on main (session 49's last device-code commit b778748 ran only as SASS-identical
+# Session 50 call 1 (as run), ~8 min: gpu_check on main (session 49's last device-code commit b778748 ran only as SASS-identical
 # kernels, and the two-block test's new check, a forced config's other GEMM following the rules, never ran on a
 # GPU). Build here first: ninja -C build fusedmoe $(cd build && ls tests | grep '_gpu$' | sed 's|^|tests/|'), then
 #   D=.device_carry/s50g; mkdir -p $D; strip -o $D/fusedmoe build/fusedmoe;
