@@ -20,10 +20,11 @@
 // (one 16-byte shared-memory load, consecutive lanes consecutive: no bank conflicts).
 //
 // The block scales: 1 byte per 16 values as in the checkpoint, but re-encoded (scale_code) so that
-// a bf16 pair of the scale falls out of one byte permute and one integer multiply-add: E4M3's
+// a bf16 pair of scales falls out of one byte permute and one integer multiply-add: E4M3's
 // values (2^-9 .. 448) with their subnormals normalized, a 5-bit exponent from 2^-9 and E4M3's 3
 // mantissa bits. Per thread and k16 step one byte for r0 and one for r1, 8 bytes per k-block,
-// shared by the 4 lanes of a quad. (Decoding E4M3 itself took cvt.rn.f16x2.e4m3x2 and four
+// shared by the 4 lanes of a quad; a step's two bytes become one bf16 pair (r0's, r1's), and each
+// multiply reads the half of its row through an operand selector. (Decoding E4M3 itself took cvt.rn.f16x2.e4m3x2 and four
 // integer operations per pair: a quarter of the decode's integer-pipe instructions.)
 //
 // Exactness. The decode places an E2M1 code's exponent and mantissa bits into a bf16's lowest
@@ -136,9 +137,10 @@ FMOE_E2M1_HD uint8_t scale_code(uint8_t e4m3) {
   return uint8_t((e + 9) << 3 | (m & 7));
 }
 
-/// The bf16 pair (s, s) of scale * 2^100 from 0x00cc00cc (c a prepared scale byte, placed in both
-/// halves by one byte permute): bits c << 4 are the low 5 exponent bits and 3 mantissa bits, and
-/// the constant adds the exponent's bias (218 = 127 + 100 - 9).
+/// The bf16 pair (s_a, s_b) of two scales * 2^100 from 0x00bb00aa (a, b prepared scale bytes,
+/// placed by one byte permute; the same byte twice gives (s, s)): bits c << 4 are the low 5
+/// exponent bits and 3 mantissa bits, and the constant adds the exponent's bias
+/// (218 = 127 + 100 - 9). c << 4 + 0x6D00 <= 0x7CF0: no carry into the high half.
 constexpr uint32_t kScalePairBias = 0x6D006D00u;
 FMOE_E2M1_HD uint32_t scale_pair(uint32_t spread) { return spread * 16u + kScalePairBias; }
 
@@ -174,6 +176,20 @@ __device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
   asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
   return d;
 }
+/// a * (b's low half, twice) and a * (b's high half, twice): the broadcast is an operand selector
+/// of the SASS multiply (HMUL2.BF16_V2 ... R.H0_H0 / R.H1_H1), not an instruction.
+__device__ __forceinline__ uint32_t mul_bf16x2_lo(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("{.reg .b16 l, h; .reg .b32 t; mov.b32 {l, h}, %2; mov.b32 t, {l, l}; mul.rn.bf16x2 %0, %1, t;}"
+      : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ uint32_t mul_bf16x2_hi(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("{.reg .b16 l, h; .reg .b32 t; mov.b32 {l, h}, %2; mov.b32 t, {h, h}; mul.rn.bf16x2 %0, %1, t;}"
+      : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
 
 /// The A fragments of the block's four k16 steps for thread t of the two consumer warpgroups,
 /// from its words (`block` + value_word_offset(t, 0), 16 bytes) and its quad's scales
@@ -191,11 +207,16 @@ __device__ __forceinline__ void decode_words(uint4 words, uint2 scales, uint32_t
   for (int step = 0; step < kSteps; ++step) {
     const uint32_t sw = step < 2 ? scales.x : scales.y;
     const uint32_t b0 = 2 * (step % 2), b1 = b0 + 1;  // the step's r0 and r1 bytes in sw
-    // (r0, r0) and (r1, r1): byte permutes with zero bytes from the second operand (selector 4).
-    const uint32_t s0 = scale_pair(__byte_perm(sw, 0, 0x4040u | (b0 * 0x0101u)));
-    const uint32_t s1 = scale_pair(__byte_perm(sw, 0, 0x4040u | (b1 * 0x0101u)));
+    // (r0's scale, r1's scale) from one byte permute (zero bytes from the second operand,
+    // selector 4) and one multiply-add; each multiply takes the half its row needs. (A pair per
+    // row, (r0, r0) and (r1, r1), took twice the permutes and multiply-adds: 4 of the decode's
+    // ~12 integer-pipe instructions per word.)
+    const uint32_t s01 = scale_pair(__byte_perm(sw, 0, 0x4040u | b0 | (b1 << 8)));
 #pragma unroll
-    for (int p = 0; p < 4; ++p) a[step][p] = mul_bf16x2(decode_pair(w4[step], p), p % 2 ? s1 : s0);
+    for (int p = 0; p < 4; ++p) {
+      const uint32_t v = decode_pair(w4[step], p);
+      a[step][p] = p % 2 ? mul_bf16x2_hi(v, s01) : mul_bf16x2_lo(v, s01);
+    }
   }
 }
 #endif

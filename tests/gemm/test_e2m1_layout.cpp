@@ -149,6 +149,20 @@ TEST(E2M1Layout, ScaleCodesDecodeToEveryE4M3Scale) {
   EXPECT_EQ(scale_code(0), 0);
 }
 
+// The kernels' decode spreads a k16 step's two scale bytes (rows r0 and r1) into one pair,
+// 0x00bb00aa, and each multiply reads its row's half: each half must equal that byte's own (s, s)
+// pair's, for every two prepared bytes (no carry from the low half into the high one).
+TEST(E2M1Layout, TwoScaleBytesInOnePairDecodeIndependently) {
+  std::vector<uint32_t> codes;
+  for (int sc = 0; sc < 0x7F; ++sc) codes.push_back(scale_code(uint8_t(sc)));
+  for (uint32_t a : codes)
+    for (uint32_t b : codes) {
+      const uint32_t pair = scale_pair(a | b << 16);
+      ASSERT_EQ(pair & 0xFFFFu, scale_pair(a * 0x10001u) & 0xFFFFu) << a << " " << b;
+      ASSERT_EQ(pair >> 16, scale_pair(b * 0x10001u) >> 16) << a << " " << b;
+    }
+}
+
 // A random ModelOpt block (packed [128, 32] bytes, even element in the low nibble; scales
 // [128, 4]) re-laid as the kernels read it and decoded back: every element equals the
 // dequantized value times 2^-26.
