@@ -1,0 +1,4 @@
+#!/usr/bin/env bash
+# Session 50 call 6 (as run, ~1 min): the other GPU test binaries that hold 4-bit or layer kernels, built from the same
+# tree as s50s (.device_carry/s50t), and memcheck / racecheck on the contest grouped GEMM's SanitizerSmall.
+N=.device_carry/s50t; S=.device_carry/s50s; for f in $N/*.xz $S/*.xz; do [ -e $f ] && xz -d -f -T0 $f; done; chmod +x $N/* $S/*; export FMOE_NO_SETUP=1; SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer); for t in $N/test_*; do s=$SECONDS; timeout 60 $t > $OUT/$(basename $t).txt 2>&1; echo "$(basename $t) rc=$? $((SECONDS-s)) s: $(grep -E '^\[  PASSED|^\[  FAILED|^\[  SKIPPED \] [0-9]' $OUT/$(basename $t).txt | tr '\n' ' ')"; done; for tool in memcheck racecheck; do n=$(timeout 60 scripts/sanitize_binary.sh $SAN $tool $S/test_nvfp4_grouped_gemm_gpu $OUT/grouped_$tool.log); echo "grouped $tool rc=$? reports=$n"; done
