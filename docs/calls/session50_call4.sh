@@ -6,7 +6,7 @@
 # 4-bit cases, and the four sanitizers on SanitizerSmall.
 set -u
 export FMOE_NO_SETUP=1
-N=.device_carry/s50s; M=.device_carry/s50g; R=$OUT/r; mkdir -p $R
+N=${N:-.device_carry/s50s}; M=${M:-.device_carry/s50g}; R=$OUT/r; mkdir -p $R  # (N, M: other carries, as next_call_s51.sh)
 for f in $N/*.xz $M/fusedmoe.xz; do [ -e $f ] && xz -d -f -T0 $f; done; chmod +x $N/* $M/fusedmoe
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 ab() {  # name order precision presets tokens [more bench args]
