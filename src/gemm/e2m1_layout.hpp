@@ -24,8 +24,9 @@
 // values (2^-9 .. 448) with their subnormals normalized, a 5-bit exponent from 2^-9 and E4M3's 3
 // mantissa bits. Per thread and k16 step one byte for r0 and one for r1, 8 bytes per k-block,
 // shared by the 4 lanes of a quad; a step's two bytes become one bf16 pair (r0's, r1's), and each
-// multiply reads the half of its row through an operand selector. (Decoding E4M3 itself took cvt.rn.f16x2.e4m3x2 and four
-// integer operations per pair: a quarter of the decode's integer-pipe instructions.)
+// multiply reads the half of its row through an operand selector. (Decoding E4M3 itself took
+// cvt.rn.f16x2.e4m3x2 and four integer operations per pair: a quarter of the decode's
+// integer-pipe instructions.)
 //
 // Exactness. The decode places an E2M1 code's exponent and mantissa bits into a bf16's lowest
 // exponent bits and top mantissa bit, which reads as value * 2^-126 (code 1, 0.5, becomes a bf16
@@ -171,22 +172,19 @@ FMOE_E2M1_HD int mx_row_factor_log2(int row_max) { return row_max - 127 - kMxTop
 #if defined(__CUDACC__)
 // ---- device: one thread's fragments of one (128-row tile, k-block) ---------------------------
 
-__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
 /// a * (b's low half, twice) and a * (b's high half, twice): the broadcast is an operand selector
 /// of the SASS multiply (HMUL2.BF16_V2 ... R.H0_H0 / R.H1_H1), not an instruction.
 __device__ __forceinline__ uint32_t mul_bf16x2_lo(uint32_t a, uint32_t b) {
   uint32_t d;
-  asm("{.reg .b16 l, h; .reg .b32 t; mov.b32 {l, h}, %2; mov.b32 t, {l, l}; mul.rn.bf16x2 %0, %1, t;}"
+  asm("{.reg .b16 l, h; .reg .b32 t; mov.b32 {l, h}, %2; mov.b32 t, {l, l};"
+      " mul.rn.bf16x2 %0, %1, t;}"
       : "=r"(d) : "r"(a), "r"(b));
   return d;
 }
 __device__ __forceinline__ uint32_t mul_bf16x2_hi(uint32_t a, uint32_t b) {
   uint32_t d;
-  asm("{.reg .b16 l, h; .reg .b32 t; mov.b32 {l, h}, %2; mov.b32 t, {h, h}; mul.rn.bf16x2 %0, %1, t;}"
+  asm("{.reg .b16 l, h; .reg .b32 t; mov.b32 {l, h}, %2; mov.b32 t, {h, h};"
+      " mul.rn.bf16x2 %0, %1, t;}"
       : "=r"(d) : "r"(a), "r"(b));
   return d;
 }
