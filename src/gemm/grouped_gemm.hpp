@@ -29,6 +29,7 @@
 
 #include <cstdint>
 
+#include "gemm/e2m1_layout.hpp"
 #include "gemm/gemm_config.hpp"
 
 namespace fusedmoe::detail {
@@ -53,6 +54,7 @@ struct GroupedGemmParams {
   // (src/gemm/e2m1_layout.hpp), and each prepared row's global scale * 2^26, [E, NB * 128]
   const uint8_t* w_blocks;
   const float* row_scale;
+  uint32_t e2m1_scale_mul = e2m1::kScaleMul;  // always 16; a parameter on purpose (scale_pair)
   // ---- activations
   const uint8_t* a;           // gathered: rows of K elements, row stride lda bytes
   int64_t lda;

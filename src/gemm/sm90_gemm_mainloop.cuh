@@ -482,8 +482,9 @@ struct MmaE2M1 {
   uint32_t frag[2][e2m1::kSteps][4];  // (buffer, k16 step, wgmma register)
 
   template <int kBuf>
-  __device__ void decode(const typename Cfg::Stage& st, int wave, int wgc, int tid) {
-    e2m1::decode_fragments(st.w + wave * e2m1::kBlockBytes, 128 * wgc + tid, frag[kBuf]);
+  __device__ void decode(const typename Cfg::Stage& st, int wave, int wgc, int tid,
+                         uint32_t scale_mul) {
+    e2m1::decode_fragments(st.w + wave * e2m1::kBlockBytes, 128 * wgc + tid, frag[kBuf], scale_mul);
   }
 
   template <int kBuf, int kWave, int kShift = 0>

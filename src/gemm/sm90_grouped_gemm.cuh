@@ -339,22 +339,23 @@ __device__ __forceinline__ void consume(const GroupedGemmParams& p, typename Cfg
             mma.template issue<b, w, kShift>(ss.stages[stage.idx], acc);
             uint64_t* empty = nullptr;
             if constexpr (w + 1 < Cfg::kWaves) {
-              mma.template decode<1 - b>(ss.stages[stage.idx], w + 1, wgc, tid);
+              mma.template decode<1 - b>(ss.stages[stage.idx], w + 1, wgc, tid, p.e2m1_scale_mul);
             } else if (Cfg::kKBlocks == 2 && b == 0 && kb + 1 < kb1) {
-              mma.template decode<1 - b>(ss.stages[stage.idx], 1, wgc, tid);  // the stage's 2nd block
+              // the stage's 2nd block
+              mma.template decode<1 - b>(ss.stages[stage.idx], 1, wgc, tid, p.e2m1_scale_mul);
             } else {
               empty = &ss.empty[stage.idx];
               stage.advance();
               if (kb + 1 < kb1) {
                 wait_full();
-                mma.template decode<1 - b>(ss.stages[stage.idx], 0, wgc, tid);
+                mma.template decode<1 - b>(ss.stages[stage.idx], 0, wgc, tid, p.e2m1_scale_mul);
               }
             }
             mma.template retire<b, w>(acc, empty);
           };
           if (kb0 < kb1) {
             wait_full();
-            mma.template decode<0>(ss.stages[stage.idx], 0, wgc, tid);
+            mma.template decode<0>(ss.stages[stage.idx], 0, wgc, tid, p.e2m1_scale_mul);
             for (int kb = kb0;;) {
               if constexpr (Cfg::kWaves == 2) {
                 unit(I0{}, I0{}, kb);
@@ -393,24 +394,24 @@ __device__ __forceinline__ void consume(const GroupedGemmParams& p, typename Cfg
           mma.template issue<b, w>(ss.stages[stage.idx], acc);
           uint64_t* empty = nullptr;
           if constexpr (w + 1 < Cfg::kWaves) {
-            mma.template decode<1 - b>(ss.stages[stage.idx], w + 1, wgc, tid);
+            mma.template decode<1 - b>(ss.stages[stage.idx], w + 1, wgc, tid, p.e2m1_scale_mul);
           } else if (Cfg::kKBlocks == 2 && b == 0 && kb + 1 < kb1) {
             // Two k-blocks a stage (one wave): unit u of a segment is k-block kb0 + u in buffer
             // u % 2, and a stage starts at an even u, so buffer b is the block's place in it.
-            mma.template decode<1 - b>(ss.stages[stage.idx], 1, wgc, tid);
+            mma.template decode<1 - b>(ss.stages[stage.idx], 1, wgc, tid, p.e2m1_scale_mul);
           } else {  // the stage's last unit: hand it back after its wgmmas, decode the next stage
             empty = &ss.empty[stage.idx];
             stage.advance();
             if (kb + 1 < kb1) {
               wait_full();
-              mma.template decode<1 - b>(ss.stages[stage.idx], 0, wgc, tid);
+              mma.template decode<1 - b>(ss.stages[stage.idx], 0, wgc, tid, p.e2m1_scale_mul);
             }
           }
           mma.template retire<b, w>(acc, empty);
         };
         if (kb0 < kb1) {
           wait_full();
-          mma.template decode<0>(ss.stages[stage.idx], 0, wgc, tid);
+          mma.template decode<0>(ss.stages[stage.idx], 0, wgc, tid, p.e2m1_scale_mul);
           for (int kb = kb0;;) {
             if constexpr (Cfg::kWaves == 2) {
               unit(I0{}, I0{}, kb);
