@@ -4,7 +4,8 @@
 # reverse (ABBA), so clock drift cancels; ratios against the first binary by scripts/bench_compare.py.
 # Call 1 ran V="main=.device_carry/s50s fma=.device_carry/s50w" (docs/wip/decode_fma_pipe.diff against main); call 2
 # V="main=.device_carry/s50s pf=.device_carry/s51p sm=.device_carry/s51s both=.device_carry/s51q" (the prefetch WIP, the
-# scale pair's IMAD alone, both).
+# scale pair's IMAD alone, both); call 3 SETS=gemv V="main=.device_carry/s51s gv=.device_carry/s51v" (the decode GEMV's
+# scale pair from its parameter too).
 set -u
 export FMOE_NO_SETUP=1
 V=${V:-"main=.device_carry/s50s fma=.device_carry/s50w"}; R=$OUT/r; mkdir -p $R; LIMIT=${LIMIT:-480}
@@ -25,7 +26,12 @@ ab() {  # name precision presets tokens [more bench args]
     python3 scripts/bench_compare.py $args 2>&1 | grep -E "^layer |^layer.gate_up|^layer.down|geomean|ceiling"
   done
 }
-ab d4 nvfp4 deepseek-v3,qwen3-30b-a3b,qwen3.5-35b-a3b 1,8,32,128 --routing unbiased
-ab mx mxfp4 gpt-oss-120b 1,64,2048 --routing unbiased
-ab pf nvfp4 qwen3-30b-a3b,qwen3.5-35b-a3b 2048
+if [ "${SETS:-layer}" = gemv ]; then  # the decode GEMVs' sizes only (call 3)
+  ab g4 nvfp4 deepseek-v3,qwen3-30b-a3b,qwen3.5-35b-a3b,qwen3-235b-a22b 1,2,4,8 --routing unbiased
+  ab gm mxfp4 gpt-oss-120b 1,2,4,8 --routing unbiased
+else
+  ab d4 nvfp4 deepseek-v3,qwen3-30b-a3b,qwen3.5-35b-a3b 1,8,32,128 --routing unbiased
+  ab mx mxfp4 gpt-oss-120b 1,64,2048 --routing unbiased
+  ab pf nvfp4 qwen3-30b-a3b,qwen3.5-35b-a3b 2048
+fi
 echo "t=$SECONDS s"; tar cJf $OUT/r.txz -C $OUT r; rm -rf $OUT/r

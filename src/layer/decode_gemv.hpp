@@ -21,6 +21,8 @@
 
 #include <cstdint>
 
+#include "gemm/e2m1_layout.hpp"
+
 namespace fusedmoe::detail {
 
 /// The largest T the decode path takes (mma.sync's N = 8 columns, one route per token).
@@ -57,6 +59,7 @@ struct DecodeGemvParams {
   float* out;
   int N;
   int deterministic;
+  uint32_t e2m1_scale_mul = e2m1::kScaleMul;  // always 16; a parameter on purpose (scale_pair)
 };
 
 void launch_decode_gemv_up(const DecodeGemvParams& p, int num_sms, cudaStream_t stream);

@@ -197,7 +197,7 @@ decode_gemv_kernel(const DecodeGemvParams p) {
       if (kb >= nkb) break;
       const int slot = i % kAhead;
       uint32_t a[e2m1::kSteps][4];
-      e2m1::decode_words(words[slot], scales[slot], a);
+      e2m1::decode_words(words[slot], scales[slot], a, p.e2m1_scale_mul);
       if (kb + kAhead < nkb) load(slot, kb + kAhead);  // refill the slot just taken
       const uint4 b01 = *reinterpret_cast<const uint4*>(&sb[buf][i][0][lane][0]);
       const uint4 b23 = *reinterpret_cast<const uint4*>(&sb[buf][i][1][lane][0]);
