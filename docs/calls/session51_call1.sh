@@ -26,12 +26,14 @@ ab() {  # name precision presets tokens [more bench args]
     python3 scripts/bench_compare.py $args 2>&1 | grep -E "^layer |^layer.gate_up|^layer.down|geomean|ceiling"
   done
 }
-if [ "${SETS:-layer}" = gemv ]; then  # the decode GEMVs' sizes only (call 3)
+SETS=${SETS:-layer}
+if [ $SETS = gemv ]; then  # the decode GEMVs' sizes only (call 3)
   ab g4 nvfp4 deepseek-v3,qwen3-30b-a3b,qwen3.5-35b-a3b,qwen3-235b-a22b 1,2,4,8 --routing unbiased
   ab gm mxfp4 gpt-oss-120b 1,2,4,8 --routing unbiased
 else
   ab d4 nvfp4 deepseek-v3,qwen3-30b-a3b,qwen3.5-35b-a3b 1,8,32,128 --routing unbiased
   ab mx mxfp4 gpt-oss-120b 1,64,2048 --routing unbiased
   ab pf nvfp4 qwen3-30b-a3b,qwen3.5-35b-a3b 2048
+  [ $SETS = layer+gemv ] && ab g2 nvfp4 qwen3-30b-a3b,qwen3.5-35b-a3b,qwen3-235b-a22b 2,4 --routing unbiased
 fi
-echo "t=$SECONDS s"; tar cJf $OUT/r.txz -C $OUT r; rm -rf $OUT/r
+[ -n "${KEEP:-}" ] || { echo "t=$SECONDS s"; tar cJf $OUT/r.txz -C $OUT r; rm -rf $OUT/r; }

@@ -10,11 +10,16 @@
 // Those 8 E2M1 values are one 32-bit word of the prepared layout. A bf16 reads an E2M1 code (sign,
 // e1 e0 m) placed at its bits 15 and 8..6 as the code's value * 2^-126, so register p needs the
 // code bits at 15, 8, 7, 6 (low element) and 31, 24, 23, 22 (high). The word's bits are spread
-// (kCodeBit) so that three registers come out by one shift and one mask each (a0: the bits are
-// in place; a1: << 3; a2: << 6) and the fourth from the 8 bits left (three shifts, three masks):
-// 8 integer-pipe instructions per word where contiguous nibbles took 10 (a nibble's sign and
-// magnitude move by different amounts, so every register took two shifts and two masks). The
-// integer pipe is what the decode saturates (ncu, docs/performance.md).
+// (code_bit) so that two registers come out by one shift and one mask each (a1: << 3; a2: << 6)
+// and two by two masks, each from a left-shifted sign and a magnitude (a0: sign << 4, magnitude in
+// place; a3: sign << 5, magnitude >> 7). Left shifts run on the FMA pipe (IMAD.SHL), right shifts
+// and masks on the integer ALU, which the decode saturates (ncu, docs/performance.md): 6 masks +
+// 1 shift there per word. No layout does with fewer: a bf16's bits 8..6 can come by left shifts
+// only from bits 0..8, 9 bits for 4 registers' 12, so one right shift is needed; and a register
+// whose sign and magnitude move by different amounts needs two masks (an exhaustive search of
+// shift-and-mask decodes, session 51). Contiguous nibbles took 10 ALU instructions, the previous
+// layout 8 (a3 from three shifts, two of them right); this one takes 7 and made the NVFP4 layers
+// 1-2% faster at T=32-128.
 // A k-block is 64 K values (one bf16 activation row of 128 bytes, one 128-byte swizzle row): four
 // k16 steps, so each thread's words of a 128-row weight tile and k-block are 16 contiguous bytes
 // (one 16-byte shared-memory load, consecutive lanes consecutive: no bank conflicts).
@@ -94,10 +99,10 @@ FMOE_E2M1_HD int thread_quad(int t) { return (t / 32) * 8 + (t % 32) / 4; }
 /// n / 4; the high element's bits are the low one's + 16).
 FMOE_E2M1_HD int code_bit(int n, int b) {
   constexpr int kLow[4][4] = {
-      {6, 7, 8, 15},     // a0: where the bf16 reads them
+      {6, 7, 8, 11},     // a0: magnitude where the bf16 reads it, sign << 4
       {3, 4, 5, 12},     // a1: << 3
       {0, 1, 2, 9},      // a2: << 6
-      {13, 10, 11, 14},  // a3: m >> 7, e0 e1 >> 3, sign << 1
+      {13, 14, 15, 10},  // a3: magnitude >> 7, sign << 5
   };
   return kLow[n % 4][b] + 16 * (n / 4);
 }
@@ -118,11 +123,10 @@ FMOE_E2M1_HD uint32_t take_code(uint32_t word, int n) {
 FMOE_E2M1_HD uint32_t decode_pair(uint32_t word, int p) {
   constexpr uint32_t kBf16Bits = 0x81C081C0u;  // sign, e1, e0, m of both elements
   switch (p) {
-    case 0: return word & kBf16Bits;
+    case 0: return ((word << 4) & 0x80008000u) | (word & 0x01C001C0u);
     case 1: return (word << 3) & kBf16Bits;
     case 2: return (word << 6) & kBf16Bits;
-    default:
-      return ((word << 1) & 0x80008000u) | ((word >> 3) & 0x01800180u) | ((word >> 7) & 0x00400040u);
+    default: return ((word << 5) & 0x80008000u) | ((word >> 7) & 0x01C001C0u);
   }
 }
 
