@@ -4,7 +4,7 @@
 # raw page): which pipe the decode now binds on (integer ALU, FMA / FMA-heavy, FP16, issue).
 set -u
 export FMOE_NO_SETUP=1
-N=.device_carry/s50s; R=$OUT/r; mkdir -p $R
+N=${N:-.device_carry/s50s}; R=$OUT/r; mkdir -p $R  # (N: another carry, as docs/wip/next_call_s52.sh)
 [ -x $N/fusedmoe ] || { xz -d -f -T0 $N/fusedmoe.xz; chmod +x $N/fusedmoe; }
 timeout 150 scripts/ncu_layer.sh $N/fusedmoe deepseek-v3 128 $R --precision nvfp4 --routing unbiased
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
