@@ -8,7 +8,6 @@ set -u
 export FMOE_NO_SETUP=1
 N=${N:-.device_carry/s50s}; M=${M:-.device_carry/s50g}; R=$OUT/r; mkdir -p $R  # (N, M: other carries, as next_call_s51.sh)
 for f in $N/*.xz $M/fusedmoe.xz; do [ -e $f ] && xz -d -f -T0 $f; done; chmod +x $N/* $M/fusedmoe
-SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 ab() {  # name order precision presets tokens [more bench args]
   local name=$1 order=$2 prec=$3 presets=$4 tokens=$5; shift 5
   for b in $order; do
@@ -23,14 +22,5 @@ ab d4a "main new" nvfp4 deepseek-v3,qwen3-30b-a3b,qwen3.5-35b-a3b 1,8,32,128 --r
 ab d4b "new main" nvfp4 deepseek-v3,qwen3-30b-a3b,qwen3.5-35b-a3b 1,8,32,128 --routing unbiased
 ab mx "main new" mxfp4 gpt-oss-120b 1,64,2048 --routing unbiased
 ab pf "main new" nvfp4 qwen3-30b-a3b,qwen3.5-35b-a3b 2048
-s=$SECONDS; timeout 200 $N/test_layer_gpu --gtest_filter='*Nvfp4*:*Mxfp4*:*FourBit*:*DecodeGemv*:*TwoKBlock*:*SanitizerSmall*:*EveryCompiledLayerConfigRuns*:*FullSizePresetsAtDecode*:*NarrowTail*' > $R/tests.txt 2>&1
-echo "test_layer_gpu rc=$? $((SECONDS-s)) s: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' $R/tests.txt | tr '\n' ' ')"
-grep -E "Failure|out of tolerance|did not finish" $R/tests.txt | head -6
-for t in test_e2m1_gpu test_e2m1_prepare_gpu test_nvfp4_grouped_gemm_gpu; do
-  timeout 60 $N/$t > $R/$t.txt 2>&1; echo "$t rc=$?: $(grep -E '^\[  PASSED|^\[  FAILED' $R/$t.txt | tr '\n' ' ')"
-done
-for tool in memcheck racecheck synccheck initcheck; do
-  s=$SECONDS; n=$(timeout 60 scripts/sanitize_binary.sh $SAN $tool $N/test_layer_gpu $R/$tool.log)
-  echo "$tool rc=$? reports=$n $((SECONDS-s)) s"
-done
+scripts/four_bit_checks.sh $N $R  # (as run, these checks were inline; same commands)
 echo "t=$SECONDS s"; tar cJf $OUT/r.txz -C $OUT r; rm -rf $OUT/r
