@@ -480,10 +480,10 @@ struct MmaE2M1 {
   static constexpr bool kPipelined = true;
   static_assert(Cfg::kWaves <= 2, "e2m1: the skeleton's unit order covers one or two waves");
   uint32_t frag[2][e2m1::kSteps][4];  // (buffer, k16 step, wgmma register)
+  uint32_t scale_mul = e2m1::kScaleMul;  // consume sets it from the kernel parameter (scale_pair)
 
   template <int kBuf>
-  __device__ void decode(const typename Cfg::Stage& st, int wave, int wgc, int tid,
-                         uint32_t scale_mul) {
+  __device__ void decode(const typename Cfg::Stage& st, int wave, int wgc, int tid) {
     e2m1::decode_fragments(st.w + wave * e2m1::kBlockBytes, 128 * wgc + tid, frag[kBuf], scale_mul);
   }
 

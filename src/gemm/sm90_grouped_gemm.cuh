@@ -305,6 +305,7 @@ __device__ __forceinline__ void consume(const GroupedGemmParams& p, typename Cfg
   using Mma_t = std::conditional_t<Cfg::kTokensM, MmaTokensM<Cfg>,
                                    std::conditional_t<Cfg::kE2M1, MmaE2M1<Cfg>, Mma<Cfg>>>;
   Mma_t mma;
+  if constexpr (std::is_same_v<Mma_t, MmaE2M1<Cfg>>) mma.scale_mul = p.e2m1_scale_mul;
   float acc[Cfg::kWaves][Cfg::kAccRegs];  // per wave (64 rows, BLOCK_T cols): the running sums
   for (;;) {
     wait_barrier(&ss.meta_full[meta.idx], meta.phase);
@@ -339,23 +340,22 @@ __device__ __forceinline__ void consume(const GroupedGemmParams& p, typename Cfg
             mma.template issue<b, w, kShift>(ss.stages[stage.idx], acc);
             uint64_t* empty = nullptr;
             if constexpr (w + 1 < Cfg::kWaves) {
-              mma.template decode<1 - b>(ss.stages[stage.idx], w + 1, wgc, tid, p.e2m1_scale_mul);
+              mma.template decode<1 - b>(ss.stages[stage.idx], w + 1, wgc, tid);
             } else if (Cfg::kKBlocks == 2 && b == 0 && kb + 1 < kb1) {
-              // the stage's 2nd block
-              mma.template decode<1 - b>(ss.stages[stage.idx], 1, wgc, tid, p.e2m1_scale_mul);
+              mma.template decode<1 - b>(ss.stages[stage.idx], 1, wgc, tid);  // the stage's 2nd block
             } else {
               empty = &ss.empty[stage.idx];
               stage.advance();
               if (kb + 1 < kb1) {
                 wait_full();
-                mma.template decode<1 - b>(ss.stages[stage.idx], 0, wgc, tid, p.e2m1_scale_mul);
+                mma.template decode<1 - b>(ss.stages[stage.idx], 0, wgc, tid);
               }
             }
             mma.template retire<b, w>(acc, empty);
           };
           if (kb0 < kb1) {
             wait_full();
-            mma.template decode<0>(ss.stages[stage.idx], 0, wgc, tid, p.e2m1_scale_mul);
+            mma.template decode<0>(ss.stages[stage.idx], 0, wgc, tid);
             for (int kb = kb0;;) {
               if constexpr (Cfg::kWaves == 2) {
                 unit(I0{}, I0{}, kb);
@@ -394,24 +394,24 @@ __device__ __forceinline__ void consume(const GroupedGemmParams& p, typename Cfg
           mma.template issue<b, w>(ss.stages[stage.idx], acc);
           uint64_t* empty = nullptr;
           if constexpr (w + 1 < Cfg::kWaves) {
-            mma.template decode<1 - b>(ss.stages[stage.idx], w + 1, wgc, tid, p.e2m1_scale_mul);
+            mma.template decode<1 - b>(ss.stages[stage.idx], w + 1, wgc, tid);
           } else if (Cfg::kKBlocks == 2 && b == 0 && kb + 1 < kb1) {
             // Two k-blocks a stage (one wave): unit u of a segment is k-block kb0 + u in buffer
             // u % 2, and a stage starts at an even u, so buffer b is the block's place in it.
-            mma.template decode<1 - b>(ss.stages[stage.idx], 1, wgc, tid, p.e2m1_scale_mul);
+            mma.template decode<1 - b>(ss.stages[stage.idx], 1, wgc, tid);
           } else {  // the stage's last unit: hand it back after its wgmmas, decode the next stage
             empty = &ss.empty[stage.idx];
             stage.advance();
             if (kb + 1 < kb1) {
               wait_full();
-              mma.template decode<1 - b>(ss.stages[stage.idx], 0, wgc, tid, p.e2m1_scale_mul);
+              mma.template decode<1 - b>(ss.stages[stage.idx], 0, wgc, tid);
             }
           }
           mma.template retire<b, w>(acc, empty);
         };
         if (kb0 < kb1) {
           wait_full();
-          mma.template decode<0>(ss.stages[stage.idx], 0, wgc, tid, p.e2m1_scale_mul);
+          mma.template decode<0>(ss.stages[stage.idx], 0, wgc, tid);
           for (int kb = kb0;;) {
             if constexpr (Cfg::kWaves == 2) {
               unit(I0{}, I0{}, kb);
