@@ -581,6 +581,9 @@ void launch_grouped_gemm_cfg(const GroupedGemmParams& p, int num_sms, cudaStream
   FMOE_REQUIRE(!Cfg::kFp8 || p.sb_groups == (Cfg::kGroupScales ? 16 : 1),
                "grouped_gemm: this config reads %d fp8 weight scale(s) per tile and k-block, the "
                "parameters say %d", Cfg::kGroupScales ? 16 : 1, p.sb_groups);
+  FMOE_REQUIRE(!Cfg::kE2M1 || p.e2m1_scale_mul == e2m1::kScaleMul,
+               "grouped_gemm: e2m1_scale_mul must be %u (a parameter only so that the decode's "
+               "multiply stays an IMAD), got %u", e2m1::kScaleMul, p.e2m1_scale_mul);
   FMOE_REQUIRE(p.NB % Cfg::kWaves == 0, "grouped_gemm: a config of %d x 128 weight rows per tile "
                "needs a multiple of %d 128-row weight tiles per expert, got %d", Cfg::kWaves,
                Cfg::kWaves, p.NB);

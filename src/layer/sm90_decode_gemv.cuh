@@ -258,6 +258,9 @@ decode_gemv_kernel(const DecodeGemvParams p) {
 }
 
 inline void launch_decode_gemv_impl(bool up, const DecodeGemvParams& p, int num_sms, cudaStream_t stream) {
+  FMOE_REQUIRE(p.e2m1_scale_mul == e2m1::kScaleMul,
+               "decode_gemv: e2m1_scale_mul must be %u (a parameter only so that the decode's "
+               "multiply stays an IMAD), got %u", e2m1::kScaleMul, p.e2m1_scale_mul);
   const dim3 grid(2 * p.NB, p.T * p.k);
   // Up to T * k CTAs per half tile are launched; about one per hit expert runs. Many: hold five
   // CTAs an SM with a 4-deep weight ring; few (under two per SM): an 8-deep ring, and K split in
