@@ -14,7 +14,9 @@
 #   per directory); VARIANT_ENV (per-label assignments for its bench runs, space-separated
 #   LABEL=K=V[,K=V], e.g. "cluster=FMOE_CLUSTER=1 rr_up=FMOE_DYNAMIC_ITEMS=2"); TEST_FILTER;
 #   ROUNDS (default 1); BENCH_ENV (assignments for every bench run, e.g. FMOE_NARROW_TAILS=0);
-#   TEST_TIMEOUT, BENCH_TIMEOUT (seconds per run, default none: a device call has a hard limit).
+#   TEST_TIMEOUT, BENCH_TIMEOUT (seconds per run, default none: a device call has a hard limit);
+#   TEST_FILTER=none skips the tests (a bench-only A/B); ORDER=abba runs even rounds in reverse
+#   order, so drift between processes cancels in the two rounds' ratios (session 51's A/Bs).
 set -u
 DIR=$1 OUT=$2; shift 2
 ARGS=("$@")
@@ -45,15 +47,23 @@ for v in "${names[@]}"; do
     for f in "$DIR/$n"/*.xz; do [ -e "$f" ] && xz -d -f -T0 "$f"; done
     chmod +x "$DIR/$n"/* 2>/dev/null
     s=$SECONDS
-    timeout "${TEST_TIMEOUT:-0}" "$DIR/$n/test_layer_gpu" --gtest_filter="${TEST_FILTER:-*}" >"$OUT/$n.test.txt" 2>&1
-    tested[$n]=$?
+    if [ "${TEST_FILTER:-*}" = none ]; then
+      echo "tests skipped (TEST_FILTER=none)" >"$OUT/$n.test.txt"; tested[$n]=0
+    else
+      timeout "${TEST_TIMEOUT:-0}" "$DIR/$n/test_layer_gpu" --gtest_filter="${TEST_FILTER:-*}" >"$OUT/$n.test.txt" 2>&1
+      tested[$n]=$?
+    fi
     echo "[variants] $n: tests rc=${tested[$n]} in $((SECONDS - s)) s: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/$n.test.txt" | tr '\n' ' ')"
     grep -E '^\[  FAILED|Failure' "$OUT/$n.test.txt" | head -5
   fi
   [ "${tested[$n]}" = 0 ] && timed+=("$v")
 done
+reversed=()
+for ((i = ${#timed[@]} - 1; i >= 0; i--)); do reversed+=("${timed[$i]}"); done
 for ((round = 1; round <= ${ROUNDS:-1}; round++)); do
-  for v in "${timed[@]}"; do
+  order=("${timed[@]}")
+  [ "${ORDER:-}" = abba ] && [ $((round % 2)) = 0 ] && order=("${reversed[@]}")
+  for v in "${order[@]}"; do
     n=$(label_of "$v")
     s=$SECONDS
     suffix=$([ "$round" = 1 ] && echo "" || echo ".r$round")
