@@ -11,7 +11,7 @@ BINS=("$@")
 [ ${#BINS[@]} -gt 0 ] || BINS=(test_e2m1_gpu test_e2m1_prepare_gpu test_nvfp4_grouped_gemm_gpu)
 mkdir -p "$R"
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-s=$SECONDS; timeout 200 "$N"/test_layer_gpu --gtest_filter='*Nvfp4*:*Mxfp4*:*FourBit*:*DecodeGemv*:*TwoKBlock*:*SanitizerSmall*:*EveryCompiledLayerConfigRuns*:*FullSizePresetsAtDecode*:*NarrowTail*' > "$R"/tests.txt 2>&1
+s=$SECONDS; timeout 200 "$N"/test_layer_gpu --gtest_filter='*Nvfp4*:*Mxfp4*:*FourBit*:*DecodeGemv*:*TwoKBlock*:*SanitizerSmall*:*EveryCompiledLayerConfigRuns*:*FullSizePresetsAtDecode*:*NarrowTail*:*LeanProducer*' > "$R"/tests.txt 2>&1
 echo "test_layer_gpu rc=$? $((SECONDS-s)) s: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$R"/tests.txt | tr '\n' ' ')"
 grep -E "Failure|out of tolerance|did not finish" "$R"/tests.txt | head -6
 for t in "${BINS[@]}"; do
