@@ -281,8 +281,9 @@ inline void launch_decode_gemv_impl(bool up, const DecodeGemvParams& p, int num_
     // Past one round of 5 CTAs an SM the down GEMV holds 6 (80 registers, no spill). Measured on
     // H200 (session 52, call 6, even loads, 6 vs 5 an SM for every many-CTA down): 0.960-0.973 at
     // deepseek-v3 T=2-8 (1904-7448 CTAs), gpt-oss-120b T=4 0.85, qwen3-235b-a22b T=8 0.963; but
-    // 1.10-1.15 slower at 512 CTAs (qwen3-235b-a22b T=1, qwen3-30b-a3b / qwen3.5-35b-a3b T=2),
-    // which fit one round of 5 either way.
+    // 1.02-1.15 slower at 288-512 CTAs (qwen3-235b-a22b T=1, qwen3.5-35b-a3b T=1-2, qwen3-30b-a3b
+    // T=2), which fit one round of 5 either way. This rule, call 7: the layer 0.985-0.992 at
+    // deepseek-v3 T=2-8, 0.940-0.943 at gpt-oss-120b T=4, 1.006-1.009 at qwen3-235b-a22b T=2.
     if (many) go(running > 5 * int64_t(num_sms) ? decode_gemv_kernel<false, 4, 6> : decode_gemv_kernel<false, 4, 5>, kT);
     else if (split == 4) go(decode_gemv_kernel<false, 4, 1, 4>, 4 * kT);
     else if (split == 2) go(decode_gemv_kernel<false, 8, 2, 2>, 2 * kT);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DRAFT for session 52 (not run), two calls:
+# Session 52 calls 1-2 (as run): call 1 `bash docs/calls/session52_call1.sh` (gpu_check, 417 s), call 2 `... ncu` (28 s); carry [".device_carry/s52g"] (e008657's kernels = 00995d1's). Written as:
 # 1. (~8 min) gpu_check on main (c6af952 or later: the new e2m1 word layout had its touched GPU tests and
 #    sanitizers in session 51's call 5, not the whole check). Build here and pack as session 51 did:
 #      ninja -C build; G=.device_carry/s52g; mkdir -p $G; strip -o $G/fusedmoe build/fusedmoe
