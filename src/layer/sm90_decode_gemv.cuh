@@ -263,7 +263,7 @@ inline void launch_decode_gemv_impl(bool up, const DecodeGemvParams& p, int num_
                "multiply stays an IMAD), got %u", e2m1::kScaleMul, p.e2m1_scale_mul);
   const dim3 grid(2 * p.NB, p.T * p.k);
   // Up to T * k CTAs per half tile are launched; about one per hit expert runs. Many: hold five
-  // CTAs an SM with a 4-deep weight ring; few (under two per SM): an 8-deep ring, and K split in
+  // CTAs an SM with a 4-deep weight ring (the down six past one round of five); few (under two per SM): an 8-deep ring, and K split in
   // the CTA (kSplit above; FMOE_GEMV_SPLIT overrides the split of the few-CTA kernels).
   const int64_t running = int64_t(grid.x) * std::min(p.T * p.k, p.E);
   const bool many = running > 2 * int64_t(num_sms);
@@ -284,7 +284,8 @@ inline void launch_decode_gemv_impl(bool up, const DecodeGemvParams& p, int num_
     // 1.02-1.15 slower at 288-512 CTAs (qwen3-235b-a22b T=1, qwen3.5-35b-a3b T=1-2, qwen3-30b-a3b
     // T=2), which fit one round of 5 either way. This rule, call 7: the layer 0.985-0.992 at
     // deepseek-v3 T=2-8, 0.940-0.943 at gpt-oss-120b T=4, 1.006-1.009 at qwen3-235b-a22b T=2.
-    if (many) go(running > 5 * int64_t(num_sms) ? decode_gemv_kernel<false, 4, 6> : decode_gemv_kernel<false, 4, 5>, kT);
+    const bool past_one_round = running > 5 * int64_t(num_sms);
+    if (many) go(past_one_round ? decode_gemv_kernel<false, 4, 6> : decode_gemv_kernel<false, 4, 5>, kT);
     else if (split == 4) go(decode_gemv_kernel<false, 4, 1, 4>, 4 * kT);
     else if (split == 2) go(decode_gemv_kernel<false, 8, 2, 2>, 2 * kT);
     else go(decode_gemv_kernel<false, 8, 2>, kT);
