@@ -263,8 +263,9 @@ inline void launch_decode_gemv_impl(bool up, const DecodeGemvParams& p, int num_
                "multiply stays an IMAD), got %u", e2m1::kScaleMul, p.e2m1_scale_mul);
   const dim3 grid(2 * p.NB, p.T * p.k);
   // Up to T * k CTAs per half tile are launched; about one per hit expert runs. Many: hold five
-  // CTAs an SM with a 4-deep weight ring (the down six past one round of five); few (under two per SM): an 8-deep ring, and K split in
-  // the CTA (kSplit above; FMOE_GEMV_SPLIT overrides the split of the few-CTA kernels).
+  // CTAs an SM with a 4-deep weight ring (the down six past one round of five); few (under two
+  // per SM): an 8-deep ring, and K split in the CTA (kSplit above; FMOE_GEMV_SPLIT overrides the
+  // split of the few-CTA kernels).
   const int64_t running = int64_t(grid.x) * std::min(p.T * p.k, p.E);
   const bool many = running > 2 * int64_t(num_sms);
   const int split = knobs().gemv_split > 0 ? knobs().gemv_split : kDecodeGemvSplit;
