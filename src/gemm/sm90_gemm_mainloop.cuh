@@ -473,8 +473,9 @@ struct Mma<Cfg, false> {
 // must not change while its wgmma runs, so the fragments are double-buffered, and the next
 // (stage, wave) unit is decoded into one buffer while this unit's wgmmas read the other. The
 // decode is ~70 instructions per thread and unit (17 a word, session 51), the wgmmas' latency
-// about as long at decode sizes: done in turn (decode, issue, wait) the two only added up. One wave's fragments
-// per buffer (not a whole stage's) keep the two-wave configs inside their registers.
+// about as long at decode sizes: done in turn (decode, issue, wait) the two only added up. One
+// wave's fragments per buffer (not a whole stage's) keep the two-wave configs inside their
+// registers.
 template <class Cfg>
 struct MmaE2M1 {
   static constexpr bool kPipelined = true;

@@ -266,6 +266,7 @@ inline void launch_decode_gemv_impl(bool up, const DecodeGemvParams& p, int num_
   // CTAs an SM with a 4-deep weight ring (the down six past one round of five); few (under two
   // per SM): an 8-deep ring, and K split in the CTA (kSplit above; FMOE_GEMV_SPLIT overrides the
   // split of the few-CTA kernels).
+  constexpr int kManyCtas = 5;  // CTAs an SM the many-CTA kernels hold (their register cap)
   const int64_t running = int64_t(grid.x) * std::min(p.T * p.k, p.E);
   const bool many = running > 2 * int64_t(num_sms);
   const int split = knobs().gemv_split > 0 ? knobs().gemv_split : kDecodeGemvSplit;
@@ -274,7 +275,7 @@ inline void launch_decode_gemv_impl(bool up, const DecodeGemvParams& p, int num_
   };
   constexpr int kT = decode_gemv::kThreads;
   if (up) {
-    if (many) go(decode_gemv_kernel<true, 4, 5>, kT);
+    if (many) go(decode_gemv_kernel<true, 4, kManyCtas>, kT);
     else if (split == 4) go(decode_gemv_kernel<true, 4, 1, 4>, 4 * kT);
     else if (split == 2) go(decode_gemv_kernel<true, 8, 2, 2>, 2 * kT);
     else go(decode_gemv_kernel<true, 8, 2>, kT);
@@ -285,8 +286,10 @@ inline void launch_decode_gemv_impl(bool up, const DecodeGemvParams& p, int num_
     // 1.02-1.15 slower at 288-512 CTAs (qwen3-235b-a22b T=1, qwen3.5-35b-a3b T=1-2, qwen3-30b-a3b
     // T=2), which fit one round of 5 either way. This rule, call 7: the layer 0.985-0.992 at
     // deepseek-v3 T=2-8, 0.940-0.943 at gpt-oss-120b T=4, 1.006-1.009 at qwen3-235b-a22b T=2.
-    const bool past_one_round = running > 5 * int64_t(num_sms);
-    if (many) go(past_one_round ? decode_gemv_kernel<false, 4, 6> : decode_gemv_kernel<false, 4, 5>, kT);
+    const bool past_one_round = running > kManyCtas * int64_t(num_sms);
+    constexpr auto many5 = decode_gemv_kernel<false, 4, kManyCtas>;
+    constexpr auto many6 = decode_gemv_kernel<false, 4, kManyCtas + 1>;
+    if (many) go(past_one_round ? many6 : many5, kT);
     else if (split == 4) go(decode_gemv_kernel<false, 4, 1, 4>, 4 * kT);
     else if (split == 2) go(decode_gemv_kernel<false, 8, 2, 2>, 2 * kT);
     else go(decode_gemv_kernel<false, 8, 2>, kT);
