@@ -151,15 +151,29 @@ decode_gemv_kernel(const DecodeGemvParams p) {
     if constexpr (kUp) row = r / p.k + (r % p.k >= p.k_routed ? p.shared_row_offset : 0);
     frow = p.a + row * p.lda;
   }
+  // The fill's source advances by a chunk of k-blocks (kChunk * 64 values) each time; a lane past
+  // the columns keeps zeros.
+  const uint8_t* fsrc = frow + 2 * (int64_t(kb0) * e2m1::kBlockK + 16 * fs + 2 * fq);
+  const int fk = kb0 * e2m1::kBlockK + 16 * fs + 2 * fq;  // the value of fsrc's first pair
   uint2 fill[kChunk];
   auto fetch = [&](int chunk) {
+    const uint8_t* src = fsrc + int64_t(chunk) * (2 * kChunk * e2m1::kBlockK);
+    const int k0 = fk + chunk * kChunk * e2m1::kBlockK;
+    // (past this part's k-blocks the fill reads the next part's columns: never used)
+    if (f_col && k0 + kChunk * e2m1::kBlockK <= p.K) {  // the whole chunk inside K
 #pragma unroll
-    for (int i = 0; i < kChunk; ++i) {
-      const int k0 = (kb0 + chunk * kChunk + i) * e2m1::kBlockK + 16 * fs + 2 * fq;  // h = 0; h = 1 at + 8
-      // (past this part's k-blocks the fill reads the next part's columns: never used)
-      const bool ok0 = f_col && k0 < p.K, ok1 = f_col && k0 + 8 < p.K;
-      fill[i].x = ok0 ? *reinterpret_cast<const uint32_t*>(frow + 2 * int64_t(k0)) : 0u;
-      fill[i].y = ok1 ? *reinterpret_cast<const uint32_t*>(frow + 2 * int64_t(k0 + 8)) : 0u;
+      for (int i = 0; i < kChunk; ++i) {
+        fill[i].x = *reinterpret_cast<const uint32_t*>(src + 2 * e2m1::kBlockK * i);
+        fill[i].y = *reinterpret_cast<const uint32_t*>(src + 2 * e2m1::kBlockK * i + 16);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i) {  // h = 0 at k0 + 64 i, h = 1 at + 8
+        const int k = k0 + e2m1::kBlockK * i;
+        const bool ok0 = f_col && k < p.K, ok1 = f_col && k + 8 < p.K;
+        fill[i].x = ok0 ? *reinterpret_cast<const uint32_t*>(src + 2 * e2m1::kBlockK * i) : 0u;
+        fill[i].y = ok1 ? *reinterpret_cast<const uint32_t*>(src + 2 * e2m1::kBlockK * i + 16) : 0u;
+      }
     }
   };
   auto store = [&](int buf) {
@@ -169,15 +183,19 @@ decode_gemv_kernel(const DecodeGemvParams p) {
   };
 
   // A: this warp's 16 rows are warp 4 * half + warp of the block's 8 (thread t of its 256).
+  // pw / ps: this thread's words and scales in k-block c * kChunk of the chunk c being computed,
+  // advanced a chunk at a time, so that each load is one instruction with an immediate offset
+  // (the address recomputed from e, tile and kb each time was ~24 instructions a k-block of ~137:
+  // ncu, session 53).
   const int t = 128 * half + 32 * warp + lane;
   const uint8_t* blocks = p.w_blocks + ((int64_t(e) * p.NB + tile) * p.KB + kb0) * e2m1::kBlockBytes;
-  const uint8_t* my_words = blocks + e2m1::value_word_offset(t, 0);
-  const uint8_t* my_scales = blocks + e2m1::kValueBytes + 8 * e2m1::thread_quad(t);
+  const uint8_t* pw = blocks + e2m1::value_word_offset(t, 0);
+  const uint8_t* ps = blocks + e2m1::kValueBytes + 8 * e2m1::thread_quad(t);
   uint4 words[kAhead];
   uint2 scales[kAhead];
-  auto load = [&](int slot, int kb) {
-    words[slot] = ld_weights_v4(my_words + int64_t(kb) * e2m1::kBlockBytes);
-    scales[slot] = ld_weights_v2(my_scales + int64_t(kb) * e2m1::kBlockBytes);
+  auto load = [&](int slot, int kb) {  // kb: relative to pw / ps
+    words[slot] = ld_weights_v4(pw + kb * e2m1::kBlockBytes);
+    scales[slot] = ld_weights_v2(ps + kb * e2m1::kBlockBytes);
   };
 #pragma unroll
   for (int i = 0; i < kAhead; ++i)
@@ -191,21 +209,32 @@ decode_gemv_kernel(const DecodeGemvParams p) {
   for (int c = 0; c < chunks; ++c) {
     const int buf = c % 2;
     if (c + 1 < chunks) fetch(c + 1);  // in flight while this chunk computes
-#pragma unroll
-    for (int i = 0; i < kChunk; ++i) {
-      const int kb = c * kChunk + i;  // of this part's
-      if (kb >= nkb) break;
-      const int slot = i % kAhead;
+    auto step = [&](int i, bool refill) {
       uint32_t a[e2m1::kSteps][4];
-      e2m1::decode_words(words[slot], scales[slot], a, p.e2m1_scale_mul);
-      if (kb + kAhead < nkb) load(slot, kb + kAhead);  // refill the slot just taken
+      e2m1::decode_words(words[i], scales[i], a, p.e2m1_scale_mul);
+      if (refill) load(i, i + kAhead);  // refill the slot just taken
       const uint4 b01 = *reinterpret_cast<const uint4*>(&sb[buf][i][0][lane][0]);
       const uint4 b23 = *reinterpret_cast<const uint4*>(&sb[buf][i][1][lane][0]);
       mma_bf16_16816(acc[0], a[0], b01.x, b01.y);
       mma_bf16_16816(acc[1], a[1], b01.z, b01.w);
       mma_bf16_16816(acc[0], a[2], b23.x, b23.y);
       mma_bf16_16816(acc[1], a[3], b23.z, b23.w);
+    };
+    // kChunk == kAhead: the ring's slot of k-block c * kChunk + i is i. Most chunks need no
+    // bounds checks.
+    if ((c + 2) * kChunk <= nkb) {  // every k-block of the chunk, and all of the next chunk's
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i) step(i, true);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i) {
+        const int kb = c * kChunk + i;  // of this part's
+        if (kb >= nkb) break;
+        step(i, kb + kAhead < nkb);
+      }
     }
+    pw += kChunk * e2m1::kBlockBytes;
+    ps += kChunk * e2m1::kBlockBytes;
     if (c + 1 < chunks) store(1 - buf);
     part_sync();  // the next buffer is written; this one is read by every warp of the part
   }
