@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_pipeline_primitives.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -58,6 +59,16 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Four 8x8 b16 matrices from shared memory; lane l gives the address of row l % 8 of matrix l / 8.
+// Lane l receives, of each matrix, the pair at row l / 4 and columns 2 (l % 4), + 1: for a matrix
+// whose rows are columns n of B and whose columns are 8 consecutive k, that is mma.sync's B half.
+__device__ __forceinline__ uint4 ldmatrix_x4(uint32_t addr) {
+  uint4 v;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+  return v;
+}
+
 // The CTA's expert and columns (warp 0): `route` must be the first kept route of its expert.
 struct Columns {
   int e;        // < 0: this CTA has no work
@@ -96,13 +107,13 @@ __device__ void find_columns(const DecodeGemvParams& p, int route, Columns& c, b
 
 }  // namespace decode_gemv
 
-// B, the columns' activation rows, goes through shared memory in mma.sync fragment order, a chunk of
-// kAhead k-blocks at a time (double-buffered): the CTA's four warps share it, each lane reads its
-// eight B registers of a k-block with two conflict-free 16-byte loads. (Each lane loading its own
-// eight 4-byte words from global memory, with their addresses and masks, made the GEMVs
-// issue-bound: ncu at deepseek-v3 T=1, issue slots 52%, DRAM 37%, docs/performance.md.)
-// Layout of one k-block: [half p][lane][4 words], word (step % 2) * 2 + h of half step / 2 = the
-// bf16 pair at k = 16 step + 8 h + 2 (lane % 4) of column lane / 4.
+// B, the columns' activation rows, goes through shared memory a chunk of kAhead k-blocks at a time:
+// each column's values in K order (one row per column, 16 bytes of padding so that ldmatrix's
+// eight rows fall in different banks), copied by 16-byte cp.async kBufs - 1 chunks ahead of their
+// use; each lane reads its eight B registers of a k-block with two ldmatrix.x4. (Each lane loading
+// its own eight 4-byte words from global memory made the GEMVs issue-bound: ncu at deepseek-v3
+// T=1, issue slots 52%, DRAM 37%; packing them through registers one chunk ahead left the store
+// waiting on those loads in 20% of the samples once the k-loop was lean: ncu, session 53.)
 // kAhead: k-blocks of weights in flight per warp (a register ring of words and scales).
 // kMinCtas: CTAs an SM must hold (the register cap): 5 x 4 warps so that deepseek-v3's 576 up
 // CTAs at T=1 run in one round on 132 SMs; where the grid is small, a deeper ring instead.
@@ -117,8 +128,12 @@ decode_gemv_kernel(const DecodeGemvParams p) {
   using namespace decode_gemv;
   constexpr int kChunk = kAhead;  // k-blocks of B per shared-memory buffer (the ring's slot of a
                                   // k-block is then a compile-time index)
+  // B buffers: three (two chunks in flight while one is read), two in the split kernels (static
+  // shared memory stays under 48 KB).
+  constexpr int kBufs = kSplit > 1 ? 2 : 3;
+  constexpr int kRowBytes = kChunk * e2m1::kBlockK * 2 + 16;  // a column's chunk, padded
   __shared__ Columns cols;
-  __shared__ alignas(16) uint32_t sb_all[kSplit][2][kChunk][2][32][4];  // 1 KB per k-block
+  __shared__ alignas(16) uint8_t sb_all[kSplit][kBufs][kCols][kRowBytes];
   __shared__ alignas(16) float part_sums[kSplit > 1 ? kSplit - 1 : 1][kWarps][32][4];
   const int part = threadIdx.x / kThreads, pt = threadIdx.x % kThreads;  // K part, thread in it
   const int warp = pt / 32, lane = pt % 32;
@@ -139,47 +154,36 @@ decode_gemv_kernel(const DecodeGemvParams p) {
   const int e = cols.e, ncols = cols.n;
   if (e < 0) return;
 
-  // The fill: thread f of 128 packs, for each k-block, lane f / 4's two words of step f % 4
-  // (column (f / 4) / 4 = f / 16, pair offset 2 ((f / 4) % 4)); zero past the columns and past K.
-  const int f = pt;
-  const int fg = f / 16, fq = (f / 4) % 4, fs = f % 4, flane = f / 4;
-  const bool f_col = fg < ncols;
-  const uint8_t* frow;
-  {
-    const int r = cols.route[f_col ? fg : 0];
+  // The fill: a chunk of a column is kPieces 16-byte pieces; thread pt copies piece pt % kPieces of
+  // columns pt / kPieces + j * kColStep (a warp copies whole 512-byte runs of one column). Columns
+  // past ncols are not copied: their garbage only reaches accumulator columns never stored. Pieces
+  // past K are zero-filled (the weights there are zero codes, and 0 x NaN would not be 0).
+  constexpr int kPieces = kChunk * e2m1::kBlockK * 2 / 16;
+  constexpr int kColStep = kThreads / kPieces, kPer = kCols / kColStep;
+  static_assert(kThreads % kPieces == 0 && kCols % kColStep == 0, "fill: whole columns per pass");
+  const int piece = pt % kPieces, col0 = pt / kPieces;
+  const uint8_t* fsrc[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int n = col0 + j * kColStep;
+    const int r = cols.route[n < ncols ? n : 0];
     int64_t row = r;
     if constexpr (kUp) row = r / p.k + (r % p.k >= p.k_routed ? p.shared_row_offset : 0);
-    frow = p.a + row * p.lda;
+    fsrc[j] = p.a + row * p.lda + 2 * (int64_t(kb0) * e2m1::kBlockK + 8 * piece);
   }
-  // The fill's source advances by a chunk of k-blocks (kChunk * 64 values) each time; a lane past
-  // the columns keeps zeros.
-  const uint8_t* fsrc = frow + 2 * (int64_t(kb0) * e2m1::kBlockK + 16 * fs + 2 * fq);
-  const int fk = kb0 * e2m1::kBlockK + 16 * fs + 2 * fq;  // the value of fsrc's first pair
-  uint2 fill[kChunk];
-  auto fetch = [&](int chunk) {
-    const uint8_t* src = fsrc + int64_t(chunk) * (2 * kChunk * e2m1::kBlockK);
-    const int k0 = fk + chunk * kChunk * e2m1::kBlockK;
-    // (past this part's k-blocks the fill reads the next part's columns: never used)
-    if (f_col && k0 + kChunk * e2m1::kBlockK <= p.K) {  // the whole chunk inside K
+  const uint32_t fdst = ptx::smem_addr(&sb[0][col0][16 * piece]);
+  auto fetch = [&](int chunk) {  // chunk's copies into buffer chunk % kBufs (one group)
+    if (chunk * kChunk < nkb) {
+      const int k = (kb0 + chunk * kChunk) * e2m1::kBlockK + 8 * piece;
+      const int bytes = min(16, max(0, 2 * (p.K - k)));
+      const uint32_t dst = fdst + uint32_t(chunk % kBufs) * (kCols * kRowBytes);
 #pragma unroll
-      for (int i = 0; i < kChunk; ++i) {
-        fill[i].x = *reinterpret_cast<const uint32_t*>(src + 2 * e2m1::kBlockK * i);
-        fill[i].y = *reinterpret_cast<const uint32_t*>(src + 2 * e2m1::kBlockK * i + 16);
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < kChunk; ++i) {  // h = 0 at k0 + 64 i, h = 1 at + 8
-        const int k = k0 + e2m1::kBlockK * i;
-        const bool ok0 = f_col && k < p.K, ok1 = f_col && k + 8 < p.K;
-        fill[i].x = ok0 ? *reinterpret_cast<const uint32_t*>(src + 2 * e2m1::kBlockK * i) : 0u;
-        fill[i].y = ok1 ? *reinterpret_cast<const uint32_t*>(src + 2 * e2m1::kBlockK * i + 16) : 0u;
-      }
+      for (int j = 0; j < kPer; ++j)
+        if (col0 + j * kColStep < ncols)
+          ptx::cp_async_16(dst + j * kColStep * kRowBytes,
+                           fsrc[j] + int64_t(chunk) * (kChunk * e2m1::kBlockK * 2), bytes);
     }
-  };
-  auto store = [&](int buf) {
-#pragma unroll
-    for (int i = 0; i < kChunk; ++i)
-      *reinterpret_cast<uint2*>(&sb[buf][i][fs / 2][flane][(fs % 2) * 2]) = fill[i];
+    __pipeline_commit();
   };
 
   // A: this warp's 16 rows are warp 4 * half + warp of the block's 8 (thread t of its 256).
@@ -200,21 +204,23 @@ decode_gemv_kernel(const DecodeGemvParams p) {
 #pragma unroll
   for (int i = 0; i < kAhead; ++i)
     if (i < nkb) load(i, i);
-  fetch(0);
-  store(0);
+#pragma unroll
+  for (int c = 0; c < kBufs - 1; ++c) fetch(c);
+  __pipeline_wait_prior(kBufs - 2);  // chunk 0 is here
   part_sync();
 
   float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};  // even / odd k16 steps
   const int chunks = (nkb + kChunk - 1) / kChunk;
   for (int c = 0; c < chunks; ++c) {
-    const int buf = c % 2;
-    if (c + 1 < chunks) fetch(c + 1);  // in flight while this chunk computes
+    // The buffer of chunk c + kBufs - 1 was last read in chunk c - 1, before the barrier.
+    fetch(c + kBufs - 1);
+    const uint32_t b_addr = ptx::smem_addr(&sb[c % kBufs][lane % 8][16 * (lane / 8)]);
     auto step = [&](int i, bool refill) {
       uint32_t a[e2m1::kSteps][4];
       e2m1::decode_words(words[i], scales[i], a, p.e2m1_scale_mul);
       if (refill) load(i, i + kAhead);  // refill the slot just taken
-      const uint4 b01 = *reinterpret_cast<const uint4*>(&sb[buf][i][0][lane][0]);
-      const uint4 b23 = *reinterpret_cast<const uint4*>(&sb[buf][i][1][lane][0]);
+      const uint4 b01 = ldmatrix_x4(b_addr + i * e2m1::kBlockK * 2);       // k16 steps 0, 1
+      const uint4 b23 = ldmatrix_x4(b_addr + i * e2m1::kBlockK * 2 + 64);  // steps 2, 3
       mma_bf16_16816(acc[0], a[0], b01.x, b01.y);
       mma_bf16_16816(acc[1], a[1], b01.z, b01.w);
       mma_bf16_16816(acc[0], a[2], b23.x, b23.y);
@@ -235,8 +241,8 @@ decode_gemv_kernel(const DecodeGemvParams p) {
     }
     pw += kChunk * e2m1::kBlockBytes;
     ps += kChunk * e2m1::kBlockBytes;
-    if (c + 1 < chunks) store(1 - buf);
-    part_sync();  // the next buffer is written; this one is read by every warp of the part
+    __pipeline_wait_prior(kBufs - 2);  // chunk c + 1 is here (this thread's copies)
+    part_sync();  // ... and every thread's; this buffer is read by every warp of the part
   }
 #pragma unroll
   for (int j = 0; j < 4; ++j) acc[0][j] += acc[1][j];
