@@ -298,30 +298,37 @@ inline void launch_decode_gemv_impl(bool up, const DecodeGemvParams& p, int num_
                "multiply stays an IMAD), got %u", e2m1::kScaleMul, p.e2m1_scale_mul);
   const dim3 grid(2 * p.NB, p.T * p.k);
   // Up to T * k CTAs per half tile are launched; about one per hit expert runs. Many: hold five
-  // CTAs an SM with a 4-deep weight ring (the down six past one round of five); few (under two
-  // per SM): an 8-deep ring, and K split in the CTA (kSplit above; FMOE_GEMV_SPLIT overrides the
-  // split of the few-CTA kernels).
-  constexpr int kManyCtas = 5;  // CTAs an SM the many-CTA kernels hold (their register cap)
+  // CTAs an SM with a 4-deep weight ring, six past one round of five; few (under two per SM): an
+  // 8-deep ring, and K split in the CTA (kSplit above; FMOE_GEMV_SPLIT overrides the split of the
+  // few-CTA kernels).
+  //
+  // Past one round of 5 CTAs an SM both GEMVs hold 6 (78-80 registers, no spill). Measured on
+  // H200, even loads, ABBA, layer ratios (docs/performance.md):
+  // - the down (session 52, calls 6-7): 6 for every many-CTA down was 0.960-0.973 at deepseek-v3
+  //   T=2-8 (1904-7448 CTAs), 0.85 at gpt-oss-120b T=4, but 1.02-1.15 slower at 288-512 CTAs
+  //   (qwen3-235b-a22b T=1, qwen3.5-35b-a3b T=1-2), which fit one round of 5 either way. With
+  //   this rule: 0.985-0.992 at deepseek-v3 T=2-8, 0.940-0.943 at gpt-oss-120b T=4.
+  // - the up (session 53, call 5, once the cp.async B ring had freed its fill registers; at 6 it
+  //   spilled before): 0.885-0.891 at qwen3-30b-a3b T=4, 0.894-0.896 at qwen3-235b-a22b T=2,
+  //   0.96 at T=4, 0.94-0.95 at gpt-oss-120b T=2-4; 1.010-1.015 at deepseek-v3 T=2 and
+  //   qwen3.5-35b-a3b T=8; 6 for every many-CTA up was mixed (0.76-1.16 by kernel).
+  constexpr int kManyCtas = 5;  // CTAs an SM the many-CTA kernels hold within one round
   const int64_t running = int64_t(grid.x) * std::min(p.T * p.k, p.E);
   const bool many = running > 2 * int64_t(num_sms);
+  const bool past_one_round = running > kManyCtas * int64_t(num_sms);
   const int split = knobs().gemv_split > 0 ? knobs().gemv_split : kDecodeGemvSplit;
   auto go = [&](auto kernel, int threads) {
     launch_pdl(kernel, grid, dim3(threads), 0, stream, p);
   };
   constexpr int kT = decode_gemv::kThreads;
   if (up) {
-    if (many) go(decode_gemv_kernel<true, 4, kManyCtas>, kT);
+    constexpr auto many5 = decode_gemv_kernel<true, 4, kManyCtas>;
+    constexpr auto many6 = decode_gemv_kernel<true, 4, kManyCtas + 1>;
+    if (many) go(past_one_round ? many6 : many5, kT);
     else if (split == 4) go(decode_gemv_kernel<true, 4, 1, 4>, 4 * kT);
     else if (split == 2) go(decode_gemv_kernel<true, 8, 2, 2>, 2 * kT);
     else go(decode_gemv_kernel<true, 8, 2>, kT);
   } else {
-    // Past one round of 5 CTAs an SM the down GEMV holds 6 (80 registers, no spill). Measured on
-    // H200 (session 52, call 6, even loads, 6 vs 5 an SM for every many-CTA down): 0.960-0.973 at
-    // deepseek-v3 T=2-8 (1904-7448 CTAs), gpt-oss-120b T=4 0.85, qwen3-235b-a22b T=8 0.963; but
-    // 1.02-1.15 slower at 288-512 CTAs (qwen3-235b-a22b T=1, qwen3.5-35b-a3b T=1-2, qwen3-30b-a3b
-    // T=2), which fit one round of 5 either way. This rule, call 7: the layer 0.985-0.992 at
-    // deepseek-v3 T=2-8, 0.940-0.943 at gpt-oss-120b T=4, 1.006-1.009 at qwen3-235b-a22b T=2.
-    const bool past_one_round = running > kManyCtas * int64_t(num_sms);
     constexpr auto many5 = decode_gemv_kernel<false, 4, kManyCtas>;
     constexpr auto many6 = decode_gemv_kernel<false, 4, kManyCtas + 1>;
     if (many) go(past_one_round ? many6 : many5, kT);
