@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 53 call 5 (~4 min, the budget's last minutes): the up decode GEMV at 6 CTAs an SM, now that it fits 78
 # registers without a spill (the cp.async B ring freed its fill registers). One binary, .device_carry/s53u/base
-# (HEAD + docs/wip/gemv_up_six_ctas.diff: X_UP6=1 the up at 6 past one round of 5 as the down, X_UP6=2 at 6 whenever
+# (HEAD + docs/tried/gemv_up_six_ctas_knob.diff: X_UP6=1 the up at 6 past one round of 5 as the down, X_UP6=2 at 6 whenever
 # many). Its decode-GEMV cases with X_UP6=2 and memcheck, then an ABBA A/B of 0 / 1 / 2.
 set -u
 export FMOE_NO_SETUP=1
