@@ -10,8 +10,8 @@
 //
 // Per warp and k-block: one 16-byte load of its words and one 8-byte load of its quad's scales
 // (issued kAhead k-blocks ahead, kept in registers), the decode of e2m1_layout.hpp, the B
-// fragments of the 8 columns (two 16-byte shared loads: the CTA packs the columns' activation
-// rows in fragment order, below), four mma.sync.m16n8k16.
+// fragments of the 8 columns (two ldmatrix.x4 from the CTA's shared copy of the columns'
+// activation rows, below), four mma.sync.m16n8k16.
 #pragma once
 
 #include <cuda_bf16.h>
