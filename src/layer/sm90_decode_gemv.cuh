@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "common/cuda_check.hpp"
 #include "common/env.hpp"
@@ -173,7 +174,7 @@ decode_gemv_kernel(const DecodeGemvParams p) {
   }
   const uint32_t fdst = ptx::smem_addr(&sb[0][col0][16 * piece]);
   auto fetch = [&](int chunk) {  // chunk's copies into buffer chunk % kBufs (one group)
-    if (chunk * kChunk < nkb) {
+    if (chunk * kChunk < nkb) {  // (the k-blocks of a last chunk past this part's: never read)
       const int k = (kb0 + chunk * kChunk) * e2m1::kBlockK + 8 * piece;
       const int bytes = min(16, max(0, 2 * (p.K - k)));
       const uint32_t dst = fdst + uint32_t(chunk % kBufs) * (kCols * kRowBytes);
@@ -320,22 +321,18 @@ inline void launch_decode_gemv_impl(bool up, const DecodeGemvParams& p, int num_
   auto go = [&](auto kernel, int threads) {
     launch_pdl(kernel, grid, dim3(threads), 0, stream, p);
   };
-  constexpr int kT = decode_gemv::kThreads;
-  if (up) {
-    constexpr auto many5 = decode_gemv_kernel<true, 4, kManyCtas>;
-    constexpr auto many6 = decode_gemv_kernel<true, 4, kManyCtas + 1>;
+  auto launch = [&](auto up_tag) {  // the same choice for both GEMVs
+    constexpr bool kUp = decltype(up_tag)::value;
+    constexpr int kT = decode_gemv::kThreads;
+    constexpr auto many5 = decode_gemv_kernel<kUp, 4, kManyCtas>;
+    constexpr auto many6 = decode_gemv_kernel<kUp, 4, kManyCtas + 1>;
     if (many) go(past_one_round ? many6 : many5, kT);
-    else if (split == 4) go(decode_gemv_kernel<true, 4, 1, 4>, 4 * kT);
-    else if (split == 2) go(decode_gemv_kernel<true, 8, 2, 2>, 2 * kT);
-    else go(decode_gemv_kernel<true, 8, 2>, kT);
-  } else {
-    constexpr auto many5 = decode_gemv_kernel<false, 4, kManyCtas>;
-    constexpr auto many6 = decode_gemv_kernel<false, 4, kManyCtas + 1>;
-    if (many) go(past_one_round ? many6 : many5, kT);
-    else if (split == 4) go(decode_gemv_kernel<false, 4, 1, 4>, 4 * kT);
-    else if (split == 2) go(decode_gemv_kernel<false, 8, 2, 2>, 2 * kT);
-    else go(decode_gemv_kernel<false, 8, 2>, kT);
-  }
+    else if (split == 4) go(decode_gemv_kernel<kUp, 4, 1, 4>, 4 * kT);
+    else if (split == 2) go(decode_gemv_kernel<kUp, 8, 2, 2>, 2 * kT);
+    else go(decode_gemv_kernel<kUp, 8, 2>, kT);
+  };
+  if (up) launch(std::true_type{});
+  else launch(std::false_type{});
   FMOE_CHECK_LAUNCH(up ? "decode_gemv_kernel<up>" : "decode_gemv_kernel<down>", stream);
 }
 
