@@ -22,6 +22,7 @@ const KnobInfo kKnobTable[] = {
     {"FMOE_GEMV_MAX_T", "an integer in [0, 8]", "the 4-bit layer runs both GEMMs as decode GEMVs up to this many tokens (0: never; default 8, the most they take)"},
     {"FMOE_EP_TIMEOUT", "an integer in [1, 86400]", "seconds 'run --ep' and 'bench --op ep_layer' wait for their rank processes before ending them (default 1800)"},
     {"FMOE_GEMV_SPLIT", "1, 2 or 4", "K parts inside each CTA of the 4-bit decode GEMVs when they have few CTAs (default: the layer's rule)"},
+    {"FMOE_GEMV_DOWN_EARLY", "0 or 1", "the 4-bit down decode GEMV finds its columns and loads its first weights before waiting on the up GEMV (default 1; 0 waits first)"},
     {"FMOE_NARROW_TAILS", "0 or 1", "0: the grouped GEMMs run every token tile at full size (default 1: tail tiles of fp8 / 4-bit weights-as-M configs run narrower wgmmas where their routes fit, and the two-wave tokens-as-M tails of <= 64 routes run at half height, in the gate/up as interleaved pairs)"},
     {"FMOE_LEAN_PRODUCER", "0 or 1", "1: in the layer's bf16 / 4-bit down GEMMs (TMA rows), only the producer warpgroup's first warp runs the k-loop; the other three wait at the next tile's barrier instead of polling the ring; 0: all four (default: the layer's rule, one warp for 4-bit weights in tiles of <= 32 tokens)"},
     {"FMOE_DYNAMIC_ITEMS", "0, 1, 2 or 3", "which of the layer's grouped GEMMs take their tiles after each CTA's first in order from a counter, so the CTAs sharing a weight tile stay together: 1 the gate/up, 2 the down, 3 both (default), 0 neither (round robin); the layer uses it for FP8 tiles with tokens as M, and for FP8 tiles of K >= 4096 where the hit experts average <= 1.03 or >= 3 routes"},
@@ -93,6 +94,8 @@ Knobs read_knobs() {
     FMOE_REQUIRE(k.gemv_split != 3, "environment variable FMOE_GEMV_SPLIT=%s must be 1, 2 or 4",
                  quote_user_text(v).c_str());
   }
+  if (const char* v = env("FMOE_GEMV_DOWN_EARLY"))
+    k.gemv_down_early = parse_knob_bool("FMOE_GEMV_DOWN_EARLY", v) ? 1 : 0;
   if (const char* v = env("FMOE_ROWS16_MIN_T"))
     k.rows16_min_t = parse_knob_int("FMOE_ROWS16_MIN_T", v, 0, 1 << 30);
   if (const char* v = env("FMOE_SCHEDULE_ROUTES")) {

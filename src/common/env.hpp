@@ -23,6 +23,7 @@ struct Knobs {
   int ep_timeout_s = 1800;     ///< FMOE_EP_TIMEOUT=s: `run --ep` / `bench --op ep_layer` end their rank processes after s seconds
   int gemv_max_t = -1;         ///< FMOE_GEMV_MAX_T=n: the 4-bit layer runs its GEMMs as GEMVs up to T=n (-1: the layer's rule)
   int gemv_split = 0;          ///< FMOE_GEMV_SPLIT=1|2|4: K parts in the few-CTA decode GEMVs (0: the rule)
+  int gemv_down_early = -1;    ///< FMOE_GEMV_DOWN_EARLY=0|1: the down decode GEMV finds its columns and loads its first weights before waiting on the up (-1: the layer default, 1)
   bool narrow_tails = true;    ///< FMOE_NARROW_TAILS=0: every token tile at full width (A/B timing)
   int lean_producer = -1;      ///< FMOE_LEAN_PRODUCER=0|1: whether one producer warp fills the down GEMM's k-stages (-1: the layer's rule)
   int dynamic_items = 3;       ///< FMOE_DYNAMIC_ITEMS: which GEMMs take tiles from a counter (bit 0 gate/up, bit 1 down; A/B timing)

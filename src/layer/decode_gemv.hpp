@@ -60,6 +60,9 @@ struct DecodeGemvParams {
   int N;
   int deterministic;
   uint32_t e2m1_scale_mul = e2m1::kScaleMul;  // always 16; a parameter on purpose (scale_pair)
+  // ---- down: find the columns and load the first weights before waiting on the up GEMV (the
+  //      routing is route_quant's, two kernels back: see the kernel)
+  int early = 0;
 };
 
 void launch_decode_gemv_up(const DecodeGemvParams& p, int num_sms, cudaStream_t stream);

@@ -147,11 +147,16 @@ decode_gemv_kernel(const DecodeGemvParams p) {
     if constexpr (kSplit == 1) __syncthreads();
     else asm volatile("bar.sync %0, %1;\n" ::"r"(1 + part), "r"(kThreads) : "memory");
   };
-  // The routing (up) or the intermediate (down) comes from the previous kernels.
-  cudaGridDependencySynchronize();
+  // The routing (up) or the intermediate (down) comes from the previous kernel. An early down
+  // reads the routing before that wait: route_quant wrote it two kernels back, and this grid
+  // starts only once every up CTA has passed its own wait on route_quant (PDL: the up triggers
+  // after it), so those writes are complete. Only h, the up's output, needs the wait: the down
+  // then finds its columns and issues its first weight loads while the up finishes.
+  const bool early = !kUp && p.early;
+  if (!early) cudaGridDependencySynchronize();
   if (threadIdx.x < 32) find_columns(p, blockIdx.y, cols, kUp && blockIdx.x == 0);
   __syncthreads();
-  cudaTriggerProgrammaticLaunchCompletion();
+  if (!early) cudaTriggerProgrammaticLaunchCompletion();
   const int e = cols.e, ncols = cols.n;
   if (e < 0) return;
 
@@ -205,6 +210,10 @@ decode_gemv_kernel(const DecodeGemvParams p) {
 #pragma unroll
   for (int i = 0; i < kAhead; ++i)
     if (i < nkb) load(i, i);
+  if (early) {  // B is h, which the up GEMV writes
+    cudaGridDependencySynchronize();
+    cudaTriggerProgrammaticLaunchCompletion();
+  }
 #pragma unroll
   for (int c = 0; c < kBufs - 1; ++c) fetch(c);
   __pipeline_wait_prior(kBufs - 2);  // chunk 0 is here

@@ -960,6 +960,103 @@ TEST(LayerGpu, DecodeGemvKSplitInsideTheCta) {
   }
 }
 
+TEST(LayerGpu, DecodeGemvDownEarlyColumns) {
+  // The down GEMV finding its columns and loading its first weights before waiting on the up
+  // (FMOE_GEMV_DOWN_EARLY 1, the default) and after (0): the same oracles, shared experts, odd
+  // sizes, T of 1, 3 and 8, both modes.
+  FMOE_SKIP_WITHOUT_GPU();
+  MoeConfig shared = scaled(find_preset("deepseek-v3"), 336, 128, 16, Precision::nvfp4);
+  shared.shared_intermediate = 256;
+  shared.validate();
+  const std::vector<MoeConfig> cfgs = {shared, scaled(find_preset("qwen3-30b-a3b"), 512, 96, 32, Precision::nvfp4),
+                                       scaled(find_preset("gpt-oss-120b"), 2880, 128, 4, Precision::mxfp4)};
+  detail::ScopedKnob<int> gemv(&detail::Knobs::gemv_max_t, 8);
+  for (int early : {0, 1}) {
+    detail::ScopedKnob<int> ea(&detail::Knobs::gemv_down_early, early);
+    for (const MoeConfig& cfg : cfgs)
+      for (int T : {1, 3, 8})
+        for (ReductionMode m : kModes) {
+          const LayerCase c = make_case(cfg, T, m);
+          const LayerData d = make_layer_data(c, 900 + T);
+          const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+          const LayerRun run = run_layer(*g.layer, c, d);
+          const std::string ctx = c.describe() + strf(" down GEMV early %d", early);
+          ASSERT_TRUE(run.plan.gemv) << ctx;
+          EXPECT_EQ(run.plan.gemv_down.early, early) << ctx;
+          EXPECT_EQ(run.plan.gemv_up.early, 0) << ctx;
+          check_gate_up(c, d, g.layer->impl(), run, ctx);
+          check_down(c, d, g.layer->impl(), run, ctx);
+          check_end_to_end(c, d, run, ctx);
+        }
+  }
+}
+
+TEST(LayerGpu, DecodeGemvForwardsBackToBackWithNewRouting) {
+  // The early down GEMV reads the routing before its wait on the up GEMV (route_quant wrote it
+  // two kernels back): forwards one after another on one workspace, each with other logits and no
+  // synchronization between them, on a stream and from a graph, must each use their own routing. Every other forward's logits are rotated by 5 experts, so consecutive calls route
+  // differently; the last forward's output is checked against its oracle.
+  FMOE_SKIP_WITHOUT_GPU();
+  MoeConfig shared = scaled(find_preset("deepseek-v3"), 336, 128, 16, Precision::nvfp4);
+  shared.shared_intermediate = 256;
+  shared.validate();
+  for (const MoeConfig& cfg : {shared, scaled(find_preset("qwen3-30b-a3b"), 512, 96, 32, Precision::nvfp4)})
+    for (int T : {1, 8})
+      for (ReductionMode m : kModes) {
+        const LayerCase c = make_case(cfg, T, m);
+        const LayerData d = make_layer_data(c, 950 + T);
+        const cli::GpuLayer g = cli::make_gpu_layer(d.lw, nullptr);
+        const int H = cfg.hidden, E = cfg.num_experts;
+        std::vector<float> rotated(d.logits.size());
+        for (int t = 0; t < T; ++t)
+          for (int e = 0; e < E; ++e) rotated[size_t(t) * E + e] = d.logits[size_t(t) * E + (e + 5) % E];
+        DeviceBuffer d_x = DeviceBuffer::from(d.x_bits), d_l0 = DeviceBuffer::from(d.logits),
+                     d_l1 = DeviceBuffer::from(rotated);
+        DeviceBuffer d_y(size_t(T) * H * 2), ws(g.layer->workspace_size(T, m));
+        MoeForwardArgs a[2];
+        for (int i = 0; i < 2; ++i) {
+          a[i].x = TensorRef::contiguous(d_x.get(), DType::bf16, {T, H}, Device::cuda);
+          a[i].router_logits = TensorRef::contiguous((i ? d_l1 : d_l0).get(), DType::f32, {T, E}, Device::cuda);
+          a[i].y = TensorRef::contiguous(d_y.get(), DType::bf16, {T, H}, Device::cuda);
+          a[i].mode = m;
+        }
+        const detail::LayerPlan plan = detail::plan_layer_forward(g.layer->impl(), a[0], ws.get(), ws.bytes(), nullptr);
+        ASSERT_TRUE(plan.gemv && plan.gemv_down.early) << c.describe();
+        cudaStream_t s;
+        FMOE_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        {
+          cudaGraph_t graph;
+          cudaGraphExec_t exec;
+          FMOE_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+          for (int i = 0; i < 21; ++i) g.layer->forward(a[i % 2], ws.get(), ws.bytes(), s);  // ends on a[0]
+          FMOE_CUDA(cudaStreamEndCapture(s, &graph));
+          FMOE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+          cudaGraphDestroy(graph);
+          d_y.fill(0xFF);
+          for (int i = 0; i < 5; ++i) FMOE_CUDA(cudaGraphLaunch(exec, s));
+          FMOE_CUDA(cudaStreamSynchronize(s));
+          cudaGraphExecDestroy(exec);
+        }
+        const std::vector<uint16_t> y_graph = d_y.to_host<uint16_t>();
+        for (int i = 0; i < 41; ++i) g.layer->forward(a[i % 2], ws.get(), ws.bytes(), s);  // ends on a[0]
+        g.layer->forward(a[1], ws.get(), ws.bytes(), s);                                       // then a[1]
+        FMOE_CUDA(cudaStreamSynchronize(s));
+        const std::vector<uint16_t> y_stream = d_y.to_host<uint16_t>();
+        FMOE_CUDA(cudaStreamDestroy(s));
+        const ref::LayerResult want0 = ref::moe_layer(d.lw, d.x.data(), d.logits.data(), T, plan.h_block);
+        const ref::LayerResult want1 = ref::moe_layer(d.lw, d.x.data(), rotated.data(), T, plan.h_block);
+        const bool fp8 = g.layer->impl().fp8;
+        const cli::LayerCheck c0 = cli::check_layer_output(y_graph, want0.y, H, fp8);
+        EXPECT_TRUE(c0.ok()) << c.describe() << " graph of 21 forwards, last on the original logits: "
+                             << cli::describe_layer_check(c0, y_graph, want0.y, H);
+        const cli::LayerCheck c1 = cli::check_layer_output(y_stream, want1.y, H, fp8);
+        EXPECT_TRUE(c1.ok()) << c.describe() << " 42 forwards on a stream, last on the rotated logits: "
+                             << cli::describe_layer_check(c1, y_stream, want1.y, H);
+        const cli::LayerCheck cx = cli::check_layer_output(y_stream, want0.y, H, fp8);
+        EXPECT_FALSE(cx.ok()) << c.describe() << ": the two routings give the same output, the test cannot tell them apart";
+      }
+}
+
 TEST(LayerGpu, Mxfp4OddSizesAndScalesFarBelowTheRowMax) {
   // MXFP4 weights (gpt-oss's format, W4A16): K not a multiple of 64 (H = 352, I = 96: the
   // prepared blocks pad K), several token tiles per expert, gpt-oss's clamped SwiGLU + biases.
