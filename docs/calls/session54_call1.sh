@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DRAFT for session 54 (not run, ~5 min): the per-buffer mbarrier GEMV (docs/wip/gemv_mbarrier_chunks.diff) against
+# Session 54 call 1 (as run, ~4 min): the per-buffer mbarrier GEMV (docs/tried/gemv_mbarrier_chunks.diff) against
 # main. Build both (a fresh checkout has no build/: ./scripts/setup.sh, ~15 min on 2 cores):
 #   D=.device_carry/s54m; mkdir -p $D/base $D/new; B="fusedmoe tests/test_layer_gpu tests/test_e2m1_gpu
 #     tests/test_e2m1_prepare_gpu tests/test_nvfp4_grouped_gemm_gpu"
