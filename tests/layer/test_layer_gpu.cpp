@@ -994,8 +994,9 @@ TEST(LayerGpu, DecodeGemvDownEarlyColumns) {
 TEST(LayerGpu, DecodeGemvForwardsBackToBackWithNewRouting) {
   // The early down GEMV reads the routing before its wait on the up GEMV (route_quant wrote it
   // two kernels back): forwards one after another on one workspace, each with other logits and no
-  // synchronization between them, on a stream and from a graph, must each use their own routing. Every other forward's logits are rotated by 5 experts, so consecutive calls route
-  // differently; the last forward's output is checked against its oracle.
+  // synchronization between them, on a stream and from a graph, must each use their own routing.
+  // Every other forward's logits are rotated by 5 experts, so consecutive calls route differently;
+  // the last forward's output is checked against its oracle.
   FMOE_SKIP_WITHOUT_GPU();
   MoeConfig shared = scaled(find_preset("deepseek-v3"), 336, 128, 16, Precision::nvfp4);
   shared.shared_intermediate = 256;
