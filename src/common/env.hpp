@@ -30,6 +30,7 @@ struct Knobs {
   int rows16_min_t = -1;       ///< FMOE_ROWS16_MIN_T=n: fast mode combines by bf16 route rows from T=n (0: never; -1: the layer's rule)
   int schedule_routes = 0;     ///< FMOE_SCHEDULE_ROUTES=1|2|4|8: routes per thread of the schedule kernel (0: the rule)
   int finalize_bulk = 1;       ///< FMOE_FINALIZE_BULK: finalize reads route rows by bulk copies 0 never, 1 bf16 rows in slot order, 2 any rows (A/B timing, tests)
+  int route_block = 1;         ///< FMOE_ROUTE_BLOCK=0|1|2: sigmoid_grouped_topk routed by all four warps of a token below T=1024: 0 never, 1 grouped (default), 2 also one group
   bool static_tiles = true;    ///< FMOE_STATIC_TILES=0: the layer never numbers token tiles statically (A/B timing, tests)
 };
 

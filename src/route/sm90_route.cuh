@@ -175,6 +175,18 @@ __device__ __forceinline__ uint32_t kept_groups_sliced(const V (&choice)[kPer], 
   return out;
 }
 
+// The sigmoid_grouped_topk weights from lane j's choice j (lanes >= k hold nothing): the score,
+// renormalized by the butterfly sum of the k scores when asked. Shared by both routing paths, so
+// their weights are the same bits.
+__device__ __forceinline__ double sigmoid_grouped_weight(const RouteDeviceParams& p, int lane,
+                                                         double my_score) {
+  const double mine = lane < p.k ? my_score : 0.0;
+  double total = mine;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
+  return p.renormalize ? mine / (total + 1e-20) : mine;
+}
+
 }  // namespace route_detail
 
 /// Routes one token. `logits` points at the token's [E] row; every lane of the warp calls this.
@@ -363,14 +375,9 @@ __device__ __forceinline__ void route_token_warp(const RouteDeviceParams& p, con
       w = mine / total;
       break;
     }
-    case RoutingFn::sigmoid_grouped_topk: {
-      double mine = lane < p.k ? my_score : 0.0;
-      double total = mine;
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
-      w = p.renormalize ? mine / (total + 1e-20) : mine;
+    case RoutingFn::sigmoid_grouped_topk:
+      w = sigmoid_grouped_weight(p, lane, my_score);
       break;
-    }
     case RoutingFn::sigmoid_top1_on_input:
       w = sigmoid(my_choice);
       break;
@@ -386,6 +393,130 @@ __device__ __forceinline__ void route_token_warp(const RouteDeviceParams& p, con
   }
   id_out = my_id;
   weight_out = float(w * double(p.routed_scaling_factor));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Block routing: one token's sigmoid_grouped_topk (DeepSeek-V3, Kimi K2) by all kW warps of its
+// group instead of one warp. The warp path above is a serial chain (per-group butterflies, a
+// sort, k rounds of warp argmax, all in double): ~2800 dependent instructions of one warp, 8 µs
+// of route_quant at deepseek-v3 T=1 on the decode critical path (ncu, session 55). Here every
+// step is a count of independent comparisons:
+//   1. each thread scores its kP experts (tid + 32 kW i) into shared memory;
+//   2. each expert's rank inside its block of 32 (one warp's lanes: a __syncwarp apart) is the
+//      number of block members better than it; ranks < max(k, 2) go to the block's sorted list;
+//   3. a group (M whole blocks, per_group = 32 M) scores the sum of its two best, the top two of
+//      its blocks' lists; every warp ranks the groups with a shuffle loop and keeps the best;
+//   4. each listed candidate of a kept block ranks itself among the kept blocks' lists (the
+//      top-k lies in their union: a block's (k+1)-th is behind k of its own); rank < k is its slot;
+//   5. the leader warp reads the k slots, lane j choice j, and forms the weights as the warp path.
+// `better` orders every step (value, then the lower expert or group), a total order, so the ids
+// equal the warp path's and the reference's, ties included; the weights are the same bits.
+// Launcher's conditions: V = double, no given routing, k <= kBlockRouteMaxK, and grouped
+// routing only with per_group % 32 == 0 (otherwise the warp path).
+constexpr int kBlockRouteMaxK = 16;
+
+template <int kW, int kP>
+struct BlockRouteShared {
+  static constexpr int kExperts = 32 * kW * kP, kBlocks = kW * kP;
+  double choice[kExperts];  // sigmoid + bias, NaN as -inf
+  double score[kExperts];   // sigmoid
+  double list_v[kBlocks][kBlockRouteMaxK];  // each block's best max(k, 2), best first
+  int list_e[kBlocks][kBlockRouteMaxK];
+  int slot[kBlockRouteMaxK];  // the token's choices, best first
+};
+
+template <int kW, int kP>
+__device__ __forceinline__ void route_token_block(const RouteDeviceParams& p, const float* logits,
+                                                  BlockRouteShared<kW, kP>& s, int tid,
+                                                  int barrier_id, int& id_out, float& weight_out) {
+  using namespace route_detail;
+  constexpr int kThreads = 32 * kW;
+  const int lane = tid % 32, E = p.E;
+  const int blocks = (E + 31) / 32;
+  const int listed = p.k > 2 ? p.k : 2;  // a group's score needs its blocks' two best
+  // 1. Scores and choices.
+  double c[kP];
+#pragma unroll
+  for (int i = 0; i < kP; ++i) {
+    const int e = tid + kThreads * i;
+    c[i] = -INFINITY;
+    if (e < E) {
+      const double sc = sigmoid(double(__ldg(logits + e)));
+      const double ch = sc + (p.bias ? double(__ldg(p.bias + e)) : 0.0);
+      c[i] = isnan(ch) ? -INFINITY : ch;
+      s.choice[e] = c[i];
+      s.score[e] = sc;
+    }
+  }
+  __syncwarp();
+  // 2. Ranks inside each block (block b = e / 32 lies in warp b % kW).
+#pragma unroll
+  for (int i = 0; i < kP; ++i) {
+    const int e = tid + kThreads * i, base = e & ~31;
+    if (base >= E) continue;  // warp-uniform
+    const int n = E - base < 32 ? E - base : 32;
+    const double2* row = reinterpret_cast<const double2*>(s.choice + base);
+    int rank = 0;
+#pragma unroll
+    for (int j = 0; j < 32; j += 2) {
+      const double2 o = row[j / 2];  // a broadcast: every lane reads the same 16 bytes
+      rank += j < n && better(o.x, base + j, c[i], e);
+      rank += j + 1 < n && better(o.y, base + j + 1, c[i], e);
+    }
+    if (e < E && rank < listed) {
+      s.list_v[e / 32][rank] = c[i];
+      s.list_e[e / 32][rank] = e;
+    }
+  }
+  asm volatile("bar.sync %0, %1;" ::"r"(barrier_id), "r"(kThreads) : "memory");
+  // 3. The kept blocks: all, or those of the topk_groups best groups.
+  uint32_t kept = blocks >= 32 ? ~0u : (1u << blocks) - 1u;
+  if (p.num_groups > 1) {
+    const int G = p.num_groups, M = E / G / 32;  // blocks per group
+    double gs = -INFINITY;
+    if (lane < G) {
+      double b1 = -INFINITY, b2 = -INFINITY;  // the multiset's two largest
+      for (int b = lane * M; b < lane * M + M; ++b)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const double v = s.list_v[b][r];
+          if (v > b1) {
+            b2 = b1;
+            b1 = v;
+          } else if (v > b2) {
+            b2 = v;
+          }
+        }
+      gs = b1 + b2;
+    }
+    int rank = 0;
+    for (int h = 0; h < G; ++h) rank += better(__shfl_sync(0xffffffffu, gs, h), h, gs, lane);
+    const uint32_t groups = __ballot_sync(0xffffffffu, lane < G && rank < p.topk_groups);
+    kept = 0;
+    for (int b = 0; b < blocks; ++b) kept |= ((groups >> (b / M)) & 1u) << b;
+  }
+  // 4. Each kept block's best min(k, n) rank themselves among all kept lists.
+  for (int q = tid; q < blocks * p.k; q += kThreads) {
+    const int b = q / p.k, r = q % p.k;
+    const int n = E - 32 * b < 32 ? E - 32 * b : 32;
+    if (!((kept >> b) & 1u) || r >= n) continue;
+    const double v = s.list_v[b][r];
+    const int e = s.list_e[b][r];
+    int rank = r;
+    for (int b2 = 0; b2 < blocks; ++b2) {
+      if (b2 == b || !((kept >> b2) & 1u)) continue;
+      const int n2 = E - 32 * b2 < 32 ? E - 32 * b2 : 32;
+      const int m = n2 < p.k ? n2 : p.k;
+      for (int r2 = 0; r2 < m && better(s.list_v[b2][r2], s.list_e[b2][r2], v, e); ++r2) ++rank;
+    }
+    if (rank < p.k) s.slot[rank] = e;
+  }
+  asm volatile("bar.sync %0, %1;" ::"r"(barrier_id), "r"(kThreads) : "memory");
+  // 5. Lane j: choice j (the caller keeps the leader warp's).
+  const int id = lane < p.k ? s.slot[lane] : -1;
+  const double my_score = lane < p.k ? s.score[id] : 0.0;
+  id_out = id;
+  weight_out = float(sigmoid_grouped_weight(p, lane, my_score) * double(p.routed_scaling_factor));
 }
 
 }  // namespace fusedmoe::detail

@@ -9,6 +9,8 @@
 // The token's first warp routes (a serial chain of k warp-wide argmax steps; then the shared
 // columns and Qwen's shared gate, a dot product over the row) while the others quantize, so the
 // two latencies overlap; only when the weight goes on the input do all warps wait for the routing.
+// DeepSeek-V3's grouped sigmoid routing (kBlockRoute, below 1024 tokens) is instead ranked by all
+// the token's warps (route_token_block), the rows after it.
 // Several tokens per CTA keep the CTA count low at decode sizes, leaving SMs free for the GEMM's
 // CTAs, which launch early (PDL). A half-warp owns a 128-column block (16 lanes x 8 bf16), so the
 // block max is four shuffles. Loads are 16 bytes, kBatch in flight per lane.
@@ -66,8 +68,10 @@ __device__ __forceinline__ void route_shared(const RouteQuantParams& p, int t, i
   }
 }
 
-// V: the selection arithmetic (float when exact, see sm90_route.cuh); kPer: experts per lane.
-template <typename V, int kPer, int kWarpsPerToken>
+// V: the selection arithmetic (float when exact, see sm90_route.cuh); kPer: experts per lane of
+// the warp path; kBlockRoute: all the token's warps route it (route_token_block, the launcher's
+// conditions), then the rows as below.
+template <typename V, int kPer, int kWarpsPerToken, bool kBlockRoute>
 __global__ void __launch_bounds__(RouteQuantConfig<kWarpsPerToken>::kThreads)
 route_quant_kernel(const __grid_constant__ RouteQuantParams p) {
   using Cfg = RouteQuantConfig<kWarpsPerToken>;
@@ -96,14 +100,24 @@ route_quant_kernel(const __grid_constant__ RouteQuantParams p) {
       row[c] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
   const bool on_input = p.weight_on_input != 0;  // uniform: the barrier below is too
+  const RouteDeviceParams rp{p.E, p.k, p.fn, p.renormalize, p.softcap, p.num_groups,
+                             p.topk_groups, p.bias, p.routed_scaling_factor};
+  int id = -1;
+  float w = 1.0f;
+  if constexpr (kBlockRoute) {  // every warp of a valid token (the launcher: no given routing)
+    static_assert(sizeof(V) == 8 && kPer % kWarpsPerToken == 0, "block routing is double's");
+    using Shared = BlockRouteShared<kWarpsPerToken, kPer / kWarpsPerToken>;
+    __shared__ Shared s_route[Cfg::kTokensPerCta];
+    // Barrier 0 is __syncthreads below; each token's warps meet at their own.
+    if (valid)
+      route_token_block(rp, p.logits + int64_t(t) * p.logits_ld, s_route[slot],
+                        (warp % Cfg::kWarpsPerToken) * 32 + lane, 1 + slot, id, w);
+  }
   if (valid && role == 0) {
-    float w = 1.0f;
     const int64_t out = int64_t(t) * p.k_total;
     if (!p.routing_given) {
-      const RouteDeviceParams rp{p.E, p.k, p.fn, p.renormalize, p.softcap, p.num_groups,
-                                 p.topk_groups, p.bias, p.routed_scaling_factor};
-      int id;
-      route_token_warp<V, kPer>(rp, p.logits + int64_t(t) * p.logits_ld, lane, id, w);
+      if constexpr (!kBlockRoute)
+        route_token_warp<V, kPer>(rp, p.logits + int64_t(t) * p.logits_ld, lane, id, w);
       if (lane < p.k) {
         p.topk_ids[out + lane] = id;
         p.topk_weights[out + lane] = w;

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 
 #include "common/env.hpp"
 #include "moe/moe_fp8_plan.hpp"
@@ -196,6 +197,63 @@ TEST(MoeFp8Gpu, TopkTiesAtEveryLaneWidth) {
       check_routing(pb, in, ctx);
       if (testing::Test::HasFatalFailure()) return;
       check_against_ref(pb, in, y_host(pb, in), ctx);
+    }
+}
+
+// route_quant's block routing (all four warps of a token rank its sigmoid_grouped_topk experts:
+// route_token_block, FMOE_ROUTE_BLOCK=2 so that one group takes it too) against the warp path
+// (FMOE_ROUTE_BLOCK=0) and the reference: the ids
+// and weights of both paths must be the same bits and equal the reference's, at every group
+// width the block path takes (32, 64, 128 experts a group, and one group), partial last blocks
+// (E = 100), k from 1 (a group still scores its two best) to 16 (the lists' size), T = 1 to 1023
+// (the four-warp kernel's sizes), tie-free and tied logits; E = 320 in 8 groups of 40 takes the
+// warp path either way. A fresh seed per case, printed with each failure.
+TEST(MoeFp8Gpu, BlockRoutingMatchesWarpRouting) {
+  FMOE_SKIP_WITHOUT_GPU();
+  struct Case { int T, E, k, groups, keep; };
+  const Case cases[] = {{1, 256, 8, 8, 4},  {2, 256, 8, 8, 4},  {5, 256, 8, 8, 4},
+                        {37, 256, 8, 8, 4}, {1023, 256, 8, 8, 4}, {1, 384, 8, 1, 1},
+                        {37, 384, 8, 1, 1}, {3, 160, 8, 1, 1},  {9, 100, 6, 1, 1},
+                        {7, 64, 1, 2, 1},   {300, 512, 16, 4, 2}, {6, 256, 3, 4, 2},
+                        {11, 128, 8, 4, 3}, {4, 320, 8, 8, 4}};
+  for (const Case c : cases)
+    for (bool ties : {false, true}) {
+      Problem pb = base(c.T, c.E, c.k, 256, 512, ReductionMode::fast);
+      pb.routing.fn = RoutingFn::sigmoid_grouped_topk;
+      pb.routing.num_groups = c.groups;
+      pb.routing.topk_groups = c.keep;
+      pb.routing.correction_bias = true;
+      pb.routing.routed_scaling_factor = 2.5f;
+      const uint64_t seed = seeds_for(hash_ints({c.T, c.E, c.k, c.groups, ties})).back();
+      Inputs in = make_inputs(pb, seed);
+      if (ties) {
+        for (float& l : in.logits) l = std::round(l);                // 17 values in [-8, 8]
+        for (float& b : in.bias) b = std::round(b * 40.0f) / 40.0f;  // a few values
+        in.d_logits = DeviceBuffer::from(in.logits);
+        in.d_bias = DeviceBuffer::from(in.bias);
+      }
+      const std::string ctx = pb.describe() + strf(" groups %d keep %d%s seed %llu", c.groups,
+                                                   c.keep, ties ? " ties" : "",
+                                                   (unsigned long long)seed);
+      std::vector<int32_t> ids[2];
+      std::vector<float> w[2];
+      for (int path = 0; path < 2; ++path) {  // 0: the warp path, 1: the block path
+        detail::ScopedKnob<int> knob(&detail::Knobs::route_block, path == 0 ? 0 : 2);
+        in.d_y.fill(0xFF);
+        in.d_ids.fill(0xFF);
+        in.d_weights.fill(0xFF);
+        const MoeFp8ProjectionArgs a = make_args(pb, in);
+        moe_fp8_projection(a, in.d_ws.get(), in.ws_bytes, nullptr);
+        FMOE_CUDA(cudaDeviceSynchronize());
+        check_routing(pb, in, ctx + (path == 0 ? " warp path" : " block path"));
+        if (testing::Test::HasFatalFailure()) return;
+        ids[path] = in.d_ids.to_host<int32_t>();
+        w[path] = in.d_weights.to_host<float>();
+        if (path == 1) check_against_ref(pb, in, y_host(pb, in), ctx);
+      }
+      EXPECT_EQ(ids[0], ids[1]) << ctx;
+      EXPECT_EQ(0, std::memcmp(w[0].data(), w[1].data(), w[0].size() * sizeof(float)))
+          << ctx << ": the weights differ in their bits";
     }
 }
 
@@ -398,8 +456,15 @@ TEST(MoeFp8Gpu, SanitizerSmall) {
   // that are small but reach every ring and tile path: K=2880 has 23 k-blocks, so the k-stage
   // ring (<= 10 stages) and the meta ring wrap within one tile; forced BLOCK_T=128 with ~75 routes
   // per expert and the schedule kernel gives several token tiles per expert; T=5 runs the fused
-  // schedule with static tiles.
+  // schedule with static tiles. The grouped sigmoid routing below takes route_quant's block path
+  // (four warps a token, shared lists between named barriers) with 2 blocks a group.
   FMOE_SKIP_WITHOUT_GPU();
+  Problem grouped = base(6, 256, 8, 128, 256, ReductionMode::fast);
+  grouped.routing.fn = RoutingFn::sigmoid_grouped_topk;
+  grouped.routing.num_groups = 4;
+  grouped.routing.topk_groups = 2;
+  grouped.routing.correction_bias = true;
+  run_and_check(grouped, 1);
   for (ReductionMode m : kModes) {
     run_and_check(base(5, 8, 2, 128, 256, m), 1);
     run_and_check(base(40, 16, 4, 144, 272, m), 1);
