@@ -1,3 +1,5 @@
+#!/usr/bin/env bash
+# Session 55 call 3 (as run, 35 s): the clock64 build (docs/wip/route_quant_clock64.diff on b9280f7~ = the block routing before the FMOE_ROUTE_BLOCK rule), carry .device_carry/s55t.
 set -u
 export FMOE_NO_SETUP=1
 D=.device_carry/s55t; xz -d -f $D/fusedmoe.xz; chmod +x $D/fusedmoe

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DRAFT for session 55 (not run, ~9 min: over one call's 10-minute limit with margin only if the gpu_check stays near
+# Session 55 call 1 (as run, 522 s; drafted as, ~9 min: over one call's 10-minute limit with margin only if the gpu_check stays near
 # call 2's 446 s; split it into two calls if the device is slow to start). Step 0, the gpu_check of main (c98f212
 # or later), then step 1's first look: ncu of route_quant at deepseek-v3 T=1 (NVFP4, 8.05 µs alone, on the decode
 # critical path) and, for comparison, qwen3-30b-a3b T=1 (3.04 µs, float routing).
