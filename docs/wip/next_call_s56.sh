@@ -15,7 +15,7 @@
 #     rolled=docs/wip/route_block_rolled.diff warm=docs/wip/route_warm_before_wait.diff \
 #     flat=docs/wip/route_block_flat_ranks.diff \
 #     all3=docs/wip/route_block_rolled.diff,docs/wip/route_warm_before_wait.diff,docs/wip/route_block_flat_ranks.diff
-# Carry [".device_carry/s56v"]. For per-stage cycles on a winner: `patch -p1 --fuzz 3` the
+# (Session 55 built it from 14977c0: .device_carry/s56v/COMMIT.) Carry [".device_carry/s56v"]. For per-stage cycles on a winner: `patch -p1 --fuzz 3` the
 # docs/wip/route_quant_clock64.diff on top (it applies to main as is) and grep "^\[rt\]".
 set -u
 export FMOE_NO_SETUP=1
