@@ -21,6 +21,8 @@ set -u
 export FMOE_NO_SETUP=1
 D=.device_carry/s56v; R=$OUT/r; mkdir -p $R
 for v in base rolled warm flat all3; do for f in $D/$v/*.xz; do xz -d -f -T0 $f; done; chmod +x $D/$v/*; done
+# The probe first: the cost of a cold pass through 2048 straight-line instructions (docs/wip/icache_probe.cu).
+nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o $R/probe docs/wip/icache_probe.cu && timeout 60 $R/probe; rm -f $R/probe
 for v in rolled warm flat all3; do
   timeout 90 $D/$v/test_moe_fp8_gpu --gtest_filter='*BlockRouting*:*EveryRoutingFunction*:*GroupedRouting*:*TopkTies*:*SanitizerSmall*' > $R/$v.test.txt 2>&1
   echo "$v test_moe_fp8_gpu rc=$?: $(grep -E '^\[  PASSED|^\[  FAILED' $R/$v.test.txt | tr '\n' ' ')"
