@@ -29,7 +29,7 @@ const KnobInfo kKnobTable[] = {
     {"FMOE_ROWS16_MIN_T", "an integer in [0, 1073741824]", "fast mode's down GEMM writes one bf16 row per route, summed by finalize, from this many tokens up (0: never, always fp32 atomics; default: the layer's rule)"},
     {"FMOE_SCHEDULE_ROUTES", "1, 2, 4 or 8", "routes each thread of the schedule kernel ranks (default: the fewest whose grid fits two CTAs an SM)"},
     {"FMOE_FINALIZE_BULK", "0, 1 or 2", "how finalize reads the route rows: 0 one 16-byte load per thread, 2 by bulk copies into shared memory, 1 (default) bulk copies for bf16 rows in slot order (fast mode from 128 routes per expert)"},
-    {"FMOE_ROUTE_BLOCK", "0, 1 or 2", "below 1024 tokens, route_quant ranks a token's sigmoid_grouped_topk experts with all four of its warps instead of one warp's serial chain: 1 (default) for grouped routing in groups of whole 32-expert blocks (DeepSeek-V3), 2 also for one group (Kimi K2: measured 1-2% slower at T <= 4), 0 never"},
+    {"FMOE_ROUTE_BLOCK", "0, 1 or 2", "below 1024 tokens, route_quant ranks a token's sigmoid_grouped_topk experts with all four of its warps instead of one warp's serial chain: 1 (default) for grouped routing in groups of whole 32-expert blocks (DeepSeek-V3), 2 also for one group (Kimi K2: measured 1-2% slower at T = 1-2), 0 never"},
     {"FMOE_STATIC_TILES", "0 or 1", "0: the layer's grouped GEMMs number every token tile from the routing (default 1: where the layer's rule says so, each expert's first token tile is numbered before the routing exists)"},
 };
 const int kNumKnobs = int(sizeof(kKnobTable) / sizeof(kKnobTable[0]));

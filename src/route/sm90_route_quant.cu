@@ -16,8 +16,9 @@ namespace {
 // (route_token_block) rather than one (route_token_warp): sigmoid_grouped_topk, k within the
 // block lists, the routing not given. By FMOE_ROUTE_BLOCK: 1 (default) only grouped routing whose
 // groups are whole 32-expert blocks; 2 also one group; 0 never. Measured on the H200 (session 55,
-// ABBA, in the layer): deepseek-v3 0.98-0.99x at T = 1-512 (nvfp4) and 0.97x at T = 1 (fp8),
-// even above; kimi-k2 (one group of 384) 1.01-1.02x at T = 1-4, hence not by default. Less than
+// ABBA, in the layer, both rounds): deepseek-v3 nvfp4 0.984-0.991 at T = 1-2, 0.968-1.005 at
+// T = 4-512, fp8 0.968-0.972 at T = 1, 0.992-1.002 above; kimi-k2 (one group of 384) 1.010-1.018
+// at T = 1-2, 1.019 / 0.996 at T = 4, hence not by default. Less than
 // the serial chain's length suggests: per-stage clock64 timings follow each stage's code size
 // more than its work, as if the code were fetched cold (docs/status.md, session 55).
 bool block_route(const RouteQuantParams& p) {
